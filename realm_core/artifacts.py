@@ -1,0 +1,288 @@
+"""The artifact store: every stage output is a directory of Parquet tables (or library-native
+files: faiss index, safetensors) plus `manifest.json`, published atomically.
+
+    root/<kind>/<key>/manifest.json
+    root/<kind>/<key>/<table>/part-00000.parquet
+
+`key` is derived from the stage's config hash and its inputs' content hashes, so it doubles as the
+cache key: an artifact that already exists with a valid manifest is a cache hit. Paths go through
+fsspec so that the root may later be an object-store URL; on a local disk publication is one
+`rename` of a finished temp directory, elsewhere the manifest is written last.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from realm_core import __version__
+from realm_core.errors import ArtifactError
+from realm_core.schemas import SCHEMAS, TableSchema
+
+MANIFEST = "manifest.json"
+
+
+def sha256_file(path: str | Path, fs: Any = None, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    opener = fs.open if fs is not None else open
+    with opener(str(path), "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def artifact_key(config_hash: str, inputs: Mapping[str, str]) -> str:
+    """Deterministic key of an artifact: its config plus the content of what it was made from."""
+    h = hashlib.sha256(config_hash.encode())
+    for name in sorted(inputs):
+        h.update(f"\0{name}={inputs[name]}".encode())
+    return h.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """What flows pass between stages: never DataFrames, only where and what."""
+
+    kind: str
+    path: str
+    content_hash: str
+
+
+@dataclass
+class Artifact:
+    """A published artifact, opened for reading. Reading validates manifest and schema."""
+
+    path: str
+    manifest: dict[str, Any]
+    fs: Any
+
+    @property
+    def ref(self) -> ArtifactRef:
+        return ArtifactRef(self.manifest["kind"], self.path, self.manifest["content_hash"])
+
+    @property
+    def kind(self) -> str:
+        return str(self.manifest["kind"])
+
+    def rows(self, table: str) -> int:
+        return int(self.manifest["rows"][table])
+
+    def file(self, name: str) -> str:
+        return f"{self.path}/{name}"
+
+    def _parts(self, table: str) -> list[str]:
+        parts = sorted(p for p in self.manifest["files"] if p.startswith(f"{table}/"))
+        if not parts:
+            raise ArtifactError(f"{self.path}: artifact has no table {table!r}")
+        return [f"{self.path}/{p}" for p in parts]
+
+    def _check_columns(self, table: str, part: str, schema: pa.Schema) -> None:
+        expected = SCHEMAS.get(table)
+        if expected is None:
+            return
+        missing = [c for c in expected.required if c not in schema.names]
+        if missing:
+            raise ArtifactError(f"{part}: table {table!r} lacks columns {missing}; expected "
+                                f"{expected.required} (schema v{expected.version})")
+
+    def iter_batches(self, table: str, columns: list[str] | None = None,
+                     batch_size: int = 4096) -> Iterator[pa.RecordBatch]:
+        for part in self._parts(table):
+            with self.fs.open(part, "rb") as f:
+                pf = pq.ParquetFile(f)
+                self._check_columns(table, part, pf.schema_arrow)
+                yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+
+    def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        tables = []
+        for part in self._parts(table):
+            with self.fs.open(part, "rb") as f:
+                pf = pq.ParquetFile(f)
+                self._check_columns(table, part, pf.schema_arrow)
+                tables.append(pf.read(columns=columns))
+        return pa.concat_tables(tables)
+
+
+class TableWriter:
+    """Streams record batches into `<table>/part-NNNNN.parquet`, rolling over every N rows."""
+
+    def __init__(self, directory: Path, schema: TableSchema, rows_per_file: int) -> None:
+        self.directory = directory
+        self.schema = schema
+        self.rows_per_file = rows_per_file
+        self.rows = 0
+        self._part = 0
+        self._in_part = 0
+        self._writer: pq.ParquetWriter | None = None
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def write(self, data: pa.Table | pa.RecordBatch | list[dict[str, Any]]) -> None:
+        table = (pa.Table.from_pylist(data, schema=self.schema.schema) if isinstance(data, list)
+                 else pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data)
+        try:
+            table = table.select(self.schema.required).cast(self.schema.schema)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise ArtifactError(f"rows for {self.schema.kind!r} do not fit schema "
+                                f"v{self.schema.version}: {e}") from e
+        offset = 0
+        while offset < table.num_rows:
+            if self._writer is None:
+                path = self.directory / f"part-{self._part:05d}.parquet"
+                self._writer = pq.ParquetWriter(path, self.schema.schema, compression="zstd")
+            take = min(self.rows_per_file - self._in_part, table.num_rows - offset)
+            self._writer.write_table(table.slice(offset, take))
+            offset += take
+            self._in_part += take
+            self.rows += take
+            if self._in_part >= self.rows_per_file:
+                self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self._part += 1
+            self._in_part = 0
+
+
+@dataclass
+class ArtifactWriter:
+    """A run-scoped temp directory that becomes an artifact on publication."""
+
+    kind: str
+    tmp: Path
+    tables: dict[str, TableWriter] = field(default_factory=dict)
+    extra_manifest: dict[str, Any] = field(default_factory=dict)
+
+    def table(self, name: str, rows_per_file: int = 100_000) -> TableWriter:
+        if name not in self.tables:
+            if name not in SCHEMAS:
+                raise ArtifactError(f"no schema registered for table {name!r}")
+            self.tables[name] = TableWriter(self.tmp / name, SCHEMAS[name], rows_per_file)
+        return self.tables[name]
+
+    def file(self, name: str) -> Path:
+        """Local path for a library-native file (faiss index, safetensors, PNG)."""
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+class ArtifactStore:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.url = str(root)
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.local = isinstance(self.fs, LocalFileSystem)
+        if self.local:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    def path(self, kind: str, key: str) -> str:
+        return f"{self.root}/{kind}/{key}"
+
+    def lookup(self, kind: str, key: str) -> Artifact | None:
+        """The published artifact for this key, or None (a cache miss)."""
+        path = self.path(kind, key)
+        if not self.fs.exists(f"{path}/{MANIFEST}"):
+            return None
+        return self.open(path, kind=kind)
+
+    def open(self, path: str | ArtifactRef, kind: str | None = None) -> Artifact:
+        p = path.path if isinstance(path, ArtifactRef) else str(path)
+        _, p = fsspec.core.url_to_fs(p) if "://" in p else (None, p)
+        mpath = f"{p}/{MANIFEST}"
+        if not self.fs.exists(mpath):
+            raise ArtifactError(f"{p}: no {MANIFEST}; not an artifact, or never finished")
+        try:
+            with self.fs.open(mpath, "r") as f:
+                manifest = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ArtifactError(f"{mpath}: corrupt manifest: {e}") from e
+        for k in ("kind", "schema_version", "content_hash", "files", "rows"):
+            if k not in manifest:
+                raise ArtifactError(f"{mpath}: manifest lacks {k!r}")
+        if kind is not None and manifest["kind"] != kind:
+            raise ArtifactError(f"{p}: expected a {kind!r} artifact, found {manifest['kind']!r}")
+        schema = SCHEMAS.get(manifest["kind"])
+        if schema is not None and manifest["schema_version"] != schema.version:
+            raise ArtifactError(f"{p}: {manifest['kind']} schema version "
+                                f"{manifest['schema_version']} is not the supported {schema.version}")
+        return Artifact(p, manifest, self.fs)
+
+    @contextmanager
+    def write(self, kind: str, key: str, *, config: Mapping[str, Any], config_hash: str,
+              inputs: Mapping[str, str], replace: bool = False) -> Iterator[ArtifactWriter]:
+        """Write into a temp dir; publish on success, remove on any exception.
+
+        If another run published the same key meanwhile, its copy wins: both were made from the
+        same inputs and config, and readers never see a directory change under them. `replace`
+        (a forced rerun) swaps the published copy for the new one instead.
+        """
+        scratch_root = Path(self.root) / ".tmp" if self.local else Path(tempfile.gettempdir())
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        tmp = scratch_root / f"{kind}-{key}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        writer = ArtifactWriter(kind, tmp)
+        try:
+            yield writer
+            for t in writer.tables.values():
+                t.close()
+            files = {p.relative_to(tmp).as_posix(): sha256_file(p)
+                     for p in sorted(tmp.rglob("*")) if p.is_file()}
+            content = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in files.items()).encode())
+            schema = SCHEMAS.get(kind)
+            manifest = {
+                "kind": kind,
+                "schema_version": schema.version if schema else 1,
+                "content_hash": content.hexdigest(),
+                "config_hash": config_hash,
+                "config": dict(config),
+                "inputs": dict(inputs),
+                "rows": {name: t.rows for name, t in writer.tables.items()},
+                "files": files,
+                "package_version": __version__,
+                "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                **writer.extra_manifest,
+            }
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            self._publish(tmp, self.path(kind, key), replace)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _publish(self, tmp: Path, final: str, replace: bool) -> None:
+        if replace and self.fs.exists(final):
+            if self.local:
+                trash = tmp.with_name(tmp.name + "-replaced")
+                os.rename(final, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                self.fs.rm(final, recursive=True)
+        if self.local:
+            Path(final).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not Path(final, MANIFEST).exists():
+                    raise
+            return
+        if self.fs.exists(f"{final}/{MANIFEST}"):
+            return
+        for p in sorted(tmp.rglob("*")):
+            if p.is_file() and p.name != MANIFEST:
+                self.fs.put_file(str(p), f"{final}/{p.relative_to(tmp).as_posix()}")
+        self.fs.put_file(str(tmp / MANIFEST), f"{final}/{MANIFEST}")  # published last

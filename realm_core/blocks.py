@@ -1,0 +1,142 @@
+"""Chunk documents into REALM blocks: `[CLS] title [SEP] body [SEP]` of at most 288 wordpieces
+(REALM §3.4 / ORQA), breaking at sentence ends where possible, else at a word start; never inside
+a wordpiece. Consecutive blocks of a document partition its text: joined in order they give the
+document back modulo whitespace.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key
+from realm_core.config import ChunkConfig
+from realm_core.encoders import load_tokenizer
+from realm_core.errors import RealmError
+from realm_core.progress import NoProgress, Progress
+
+SPECIAL_TOKENS = 3  # [CLS], [SEP], [SEP]
+MIN_BODY = 16
+# A sentence starts after .!? (and closing quotes/brackets) plus whitespace, or after a newline.
+_SENTENCE_START = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|\n+(?=\S)")
+
+
+@dataclass
+class ChunkResult:
+    ref: ArtifactRef
+    cached: bool
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def sentence_starts(text: str) -> list[int]:
+    return [m.end() for m in _SENTENCE_START.finditer(text)]
+
+
+def chunk_spans(offsets: list[tuple[int, int]], word_ids: list[int | None], starts: list[int],
+                budget: int, stats: Counter[str]) -> list[tuple[int, int]]:
+    """Token ranges [s, e) of at most `budget` tokens each, covering every token in order."""
+    n = len(offsets)
+    # is_sentence[i]: token i is the first token at or after a sentence start.
+    sent_tokens = sorted({bisect.bisect_left(offsets, (c, -1)) for c in starts} - {0, n})
+    spans = []
+    s = 0
+    while s < n:
+        limit = s + budget
+        if limit >= n:
+            spans.append((s, n))
+            break
+        # largest sentence start in (s, limit]
+        j = bisect.bisect_right(sent_tokens, limit) - 1
+        if j >= 0 and sent_tokens[j] > s:
+            e = sent_tokens[j]
+            stats["cut_at_sentence"] += 1
+        else:
+            e = limit
+            while e > s and word_ids[e] == word_ids[e - 1]:
+                e -= 1  # back off to the first wordpiece of a word
+            if e == s:
+                e = limit  # one word longer than a block: cut between its wordpieces
+                stats["cut_inside_word"] += 1
+            else:
+                stats["cut_at_word"] += 1
+        spans.append((s, e))
+        s = e
+    return spans
+
+
+def chunk_document(tokenizer: Any, doc: dict[str, Any], max_wordpieces: int,
+                   stats: Counter[str], enc: Any = None) -> Iterator[dict[str, Any]]:
+    """Blocks of one document; `enc` is its text's encoding when the caller batched it."""
+    backend = tokenizer.backend_tokenizer
+    text: str = doc["text"]
+    title: str = doc["title"]
+    title_ids = backend.encode(title, add_special_tokens=False)
+    if len(title_ids.ids) > max_wordpieces - SPECIAL_TOKENS - MIN_BODY:
+        keep = max_wordpieces - SPECIAL_TOKENS - MIN_BODY
+        title = title[: title_ids.offsets[keep - 1][1]]
+        title_ids = backend.encode(title, add_special_tokens=False)
+        stats["title_truncated"] += 1
+    budget = max_wordpieces - SPECIAL_TOKENS - len(title_ids.ids)
+    if enc is None:
+        enc = backend.encode(text, add_special_tokens=False)
+    if not enc.ids:
+        stats["empty_documents"] += 1
+        return
+    offsets = [tuple(o) for o in enc.offsets]
+    spans = chunk_spans(offsets, enc.word_ids, sentence_starts(text), budget, stats)  # type: ignore[arg-type]
+    for i, (s, e) in enumerate(spans):
+        # Blocks partition the text: each runs to where the next one starts.
+        start = offsets[s][0] if i else 0
+        end = offsets[spans[i + 1][0]][0] if i + 1 < len(spans) else len(text)
+        body = text[start:end]
+        lead = len(body) - len(body.lstrip())
+        body = body.strip()
+        yield {"doc_id": doc["doc_id"], "title": title, "text": body,
+               "n_wordpieces": SPECIAL_TOKENS + len(title_ids.ids) + (e - s),
+               "char_start": start + lead, "char_end": start + lead + len(body)}
+
+
+def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
+              progress: Progress | None = None, force: bool = False) -> ChunkResult:
+    progress = progress or NoProgress()
+    inputs = {"documents": documents.content_hash}
+    key = artifact_key(config.config_hash(), inputs)
+    if not force and (hit := store.lookup("blocks", key)) is not None:
+        return ChunkResult(hit.ref, True, hit.manifest.get("stats", {}))
+    docs = store.open(documents, kind="documents")
+    tokenizer = load_tokenizer(config.encoder)
+    stats: Counter[str] = Counter()
+    next_id = 0
+    progress.start("chunk documents", docs.rows("documents"), "docs")
+    with store.write("blocks", key, config=config.model_dump(mode="json"),
+                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+        table = out.table("blocks")
+        for batch in docs.iter_batches("documents", columns=["doc_id", "title", "text"],
+                                       batch_size=config.batch_documents):
+            rows = []
+            docs_in_batch = batch.to_pylist()
+            encodings = tokenizer.backend_tokenizer.encode_batch(
+                [d["text"] for d in docs_in_batch], add_special_tokens=False)
+            for doc, enc in zip(docs_in_batch, encodings):
+                for block in chunk_document(tokenizer, doc, config.max_wordpieces, stats, enc):
+                    block["block_id"] = next_id
+                    next_id += 1
+                    rows.append(block)
+            if rows:
+                table.write(rows)
+            stats["documents"] += batch.num_rows
+            progress.advance(batch.num_rows)
+        progress.finish()
+        if next_id == 0:
+            raise RealmError(f"{docs.path}: no blocks: every document is empty")
+        stats["blocks"] = next_id
+        out.extra_manifest["stats"] = dict(stats)
+        out.extra_manifest["tokenizer"] = {"encoder": config.encoder,
+                                           "vocab_size": tokenizer.vocab_size}
+    hit = store.lookup("blocks", key)
+    assert hit is not None
+    return ChunkResult(hit.ref, False, dict(stats))

@@ -1,0 +1,212 @@
+"""Stage configs: one frozen pydantic model per stage, presets, YAML and `stage.field=value` overrides.
+
+Config is plain data, validated at the boundary and printed at the start of every stage. Its hash
+(`config_hash`) goes into every artifact's manifest and into the artifact's cache key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from realm_core.errors import ConfigError
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
+
+
+class StageConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Fields that change how fast a stage runs but never what it produces; left out of the hash
+    # so that rerunning with more workers is still a cache hit.
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of this config (field order independent)."""
+        data = self.model_dump(mode="json", exclude=set(self.EXECUTION_FIELDS))
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+SourceKind = Literal["wikipedia", "squad", "dpr_json", "dpr_tsv", "jsonl"]
+
+
+class SourceSpec(StageConfig):
+    """One corpus file. `path` may start with `data:` to mean $REALM_DATA_DIR."""
+
+    kind: SourceKind
+    path: str
+    name: str | None = Field(None, description="prefix of doc ids; defaults to the kind")
+    max_documents: int | None = Field(None, ge=1, description="keep only the first N documents")
+
+    @property
+    def source_name(self) -> str:
+        return self.name or self.kind
+
+
+class IngestConfig(StageConfig):
+    """Corpora to documents."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"workers", "chunk_pages"})
+
+    sources: tuple[SourceSpec, ...] = Field(min_length=1)
+    workers: int = Field(2, ge=1, description="processes cleaning wikitext")
+    chunk_pages: int = Field(16, ge=1, description="pages sent to a worker at a time")
+    rows_per_file: int = Field(20_000, ge=1, description="documents per Parquet part file")
+
+
+class ChunkConfig(StageConfig):
+    """Documents to REALM blocks `[CLS] title [SEP] body [SEP]`."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_documents"})
+
+    encoder: str = Field(BUNDLED_ENCODER, description="tokenizer source: bundled name or HF dir")
+    max_wordpieces: int = Field(288, ge=16, description="REALM §3.4: blocks of up to 288 wordpieces")
+    batch_documents: int = Field(256, ge=1)
+
+
+class ICTConfig(StageConfig):
+    """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
+
+    encoder: str = BUNDLED_ENCODER
+    projection_dim: int = Field(128, ge=1)
+    batch_size: int = Field(4096, ge=2)
+    learning_rate: float = Field(1e-4, gt=0)
+    steps: int = Field(100_000, ge=1)
+    keep_sentence_prob: float = Field(0.1, ge=0, le=1, description="ORQA: keep the query in 10%")
+    query_length: int = Field(64, ge=8)
+    block_length: int = Field(288, ge=16)
+    seed: int = 0
+
+
+class PretrainConfig(StageConfig):
+    """REALM pretraining (Guu et al. 2020 §3-§4)."""
+
+    top_k: int = Field(8, ge=1, description="retrieved blocks per example, the null block included")
+    query_length: int = Field(96, ge=8)
+    reader_length: int = Field(384, ge=16)
+    batch_size: int = Field(512, ge=1)
+    learning_rate: float = Field(3e-5, gt=0)
+    steps: int = Field(200_000, ge=1)
+    warmup_steps: int = Field(10_000, ge=0)
+    refresh_every: int = Field(500, ge=1, description="steps between index refreshes")
+    seed: int = 0
+
+
+class PipelineConfig(StageConfig):
+    """Every stage's config; a preset fills it, YAML and overrides adjust it."""
+
+    preset: str
+    ingest: IngestConfig
+    chunk: ChunkConfig = ChunkConfig()
+    ict: ICTConfig = ICTConfig()
+    pretrain: PretrainConfig = PretrainConfig()
+
+
+def _bundled_sources(names: list[str], limits: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {
+        "wiki-gensim": {"kind": "wikipedia", "name": "enwiki",
+                        "path": "data:wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"},
+        "wiki-tables": {"kind": "wikipedia", "name": "enwiki",
+                        "path": "data:wikipedia/enwiki-table-markup.xml.bz2"},
+        "wiki-w2v": {"kind": "wikipedia", "name": "enwiki",
+                     "path": "data:wikipedia/wikipedia2vec-enwiki-pages-articles-sample.xml.bz2"},
+        "squad": {"kind": "squad", "name": "squad", "path": "data:squad/squad-v1.1-dev.articles-00-39.json"},
+        "dpr": {"kind": "dpr_json", "name": "dpr", "path": "data:dpr/haystack-dpr-nq-dev-sample.json"},
+    }
+    out = []
+    for n in names:
+        spec = dict(files[n])
+        if limits and n in limits:
+            spec["max_documents"] = limits[n]
+        out.append(spec)
+    return out
+
+
+# Presets are sized from costs measured on a 2-core laptop (README "Costs"):
+# MiniLM forward 30 seq/s at 288 tokens, so `demo` keeps the corpus near 3-4k blocks.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "ingest": {"sources": _bundled_sources(["wiki-w2v", "wiki-tables", "squad", "dpr"],
+                                               {"squad": 3, "dpr": 60}), "workers": 1},
+        "chunk": {"max_wordpieces": 128},
+        "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128},
+        "pretrain": {"top_k": 3, "query_length": 32, "reader_length": 128, "batch_size": 2,
+                     "steps": 4, "warmup_steps": 1, "refresh_every": 2},
+    },
+    "demo": {
+        "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
+        "chunk": {"max_wordpieces": 288},
+        "ict": {"batch_size": 32, "steps": 150, "query_length": 64, "block_length": 192},
+        "pretrain": {"top_k": 4, "query_length": 64, "reader_length": 256, "batch_size": 8,
+                     "learning_rate": 5e-5, "steps": 200, "warmup_steps": 20, "refresh_every": 100},
+    },
+    "paper": {
+        "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",
+                                "path": "data:enwiki-20181220-pages-articles.xml.bz2"}], "workers": 16},
+        "chunk": {"encoder": "bert-base-uncased", "max_wordpieces": 288},
+        "ict": {"encoder": "bert-base-uncased"},
+        "pretrain": {},
+    },
+}
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        child = node.setdefault(k, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
+                overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
+    """Preset, then a YAML file, then `stage.field=value` overrides (values parsed as YAML)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    tree: dict[str, Any] = {"preset": preset, **json.loads(json.dumps(PRESETS[preset]))}
+    if yaml_path is not None:
+        try:
+            loaded = yaml.safe_load(Path(yaml_path).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"{yaml_path}: cannot read YAML config: {e}") from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{yaml_path}: expected a mapping of stage sections")
+        tree = _deep_merge(tree, loaded)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected stage.field=value")
+        key, raw = item.split("=", 1)
+        _set_path(tree, key.strip(), yaml.safe_load(raw))
+    try:
+        return PipelineConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(f"invalid configuration (preset {preset!r}):\n{e}") from e
+
+
+def data_dir() -> Path:
+    """Where the bundled real data lives: $REALM_DATA_DIR, default ../shared/data."""
+    return Path(os.environ.get("REALM_DATA_DIR", PROJECT_DIR.parent / "shared" / "data")).resolve()
+
+
+def resolve_data_path(path: str) -> Path:
+    if path.startswith("data:"):
+        return data_dir() / path[len("data:"):]
+    return Path(path).expanduser().resolve()

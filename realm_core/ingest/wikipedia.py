@@ -1,0 +1,122 @@
+"""Streaming reader of MediaWiki XML exports (`.xml` or `.xml.bz2`, export schema 0.9/0.10,
+with or without `<siteinfo>`). Memory stays flat: each `<page>` is yielded and then cleared.
+"""
+
+from __future__ import annotations
+
+import bz2
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+
+from realm_core.errors import InputError
+
+PageKind = Literal["article", "redirect", "disambiguation", "other_namespace"]
+
+# The {{disambiguation}} family (Wikipedia:Disambiguation#Templates) and its redirects.
+DISAMBIGUATION_TEMPLATES = frozenset({
+    "disambiguation", "disambig", "disamb", "dab", "dp", "geodis", "hndis", "hndab",
+    "hospitaldis", "mathdab", "numberdis", "schooldis", "disambiguation cleanup",
+    "shipindex", "mountainindex", "roaddis", "letter disambiguation", "airport disambiguation",
+    "call sign disambiguation", "place name disambiguation", "human name disambiguation",
+})
+_TEMPLATE_NAME = re.compile(r"\{\{\s*([^{}|]+?)\s*(?:\||\}\})")
+_REDIRECT_TEXT = re.compile(r"^\s*#redirect\b", re.I)
+
+
+@dataclass(frozen=True)
+class RawPage:
+    page_id: int
+    title: str
+    namespace: int
+    revision_id: int | None
+    wikitext: str
+    redirect: bool
+
+    @property
+    def kind(self) -> PageKind:
+        if self.namespace != 0:
+            return "other_namespace"
+        if self.redirect or _REDIRECT_TEXT.match(self.wikitext):
+            return "redirect"
+        if is_disambiguation(self.wikitext):
+            return "disambiguation"
+        return "article"
+
+
+def is_disambiguation(wikitext: str) -> bool:
+    return any(m.group(1).strip().lower().replace("_", " ") in DISAMBIGUATION_TEMPLATES
+               for m in _TEMPLATE_NAME.finditer(wikitext))
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+    raw = open(path, "rb")
+    if path.suffix == ".bz2":
+        return raw, bz2.BZ2File(raw)  # type: ignore[return-value]
+    return raw, raw
+
+
+def iter_pages(path: str | Path) -> Iterator[RawPage]:
+    """Yield every `<page>` of a dump, in order. Bad input raises InputError naming the position."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "a MediaWiki XML dump file", found="no such file")
+    raw, stream = _open(path)
+    pages = 0
+    try:
+        context = ET.iterparse(stream, events=("start", "end"))
+        root: ET.Element | None = None
+        for event, elem in context:
+            if root is None:
+                root = elem
+                if _local(root.tag) != "mediawiki":
+                    raise InputError(path, "a MediaWiki export (<mediawiki> root element)",
+                                     position="byte 0", found=f"<{_local(root.tag)}>")
+            if event != "end" or _local(elem.tag) != "page":
+                continue
+            yield _page(path, elem, pages)
+            pages += 1
+            root.clear()  # drop finished pages: memory stays flat however large the dump
+    except ET.ParseError as e:
+        line, col = e.position
+        raise InputError(path, "well-formed MediaWiki XML", position=f"line {line}, column {col}",
+                         found=str(e).split(":")[0]) from None
+    except EOFError:
+        raise InputError(path, "a complete bz2 stream", position=f"compressed byte {raw.tell()}",
+                         found=f"the file ends early (truncated after {pages} pages)") from None
+    except OSError as e:
+        raise InputError(path, "bz2-compressed XML", position=f"compressed byte {raw.tell()}",
+                         found=str(e)) from None
+    finally:
+        stream.close()
+        raw.close()
+    if pages == 0:
+        raise InputError(path, "at least one <page> element", found="a dump with no pages")
+
+
+def _page(path: Path, elem: ET.Element, index: int) -> RawPage:
+    fields = {_local(c.tag): c for c in elem}
+    try:
+        title = fields["title"].text or ""
+        page_id = int(fields["id"].text or "")
+        ns = int(fields["ns"].text or "0") if "ns" in fields else 0
+    except (KeyError, ValueError) as e:
+        raise InputError(path, "<page> with <title>, <id> and <ns>", position=f"page #{index + 1}",
+                         found=f"missing or bad {e}") from None
+    revision = fields.get("revision")
+    text, rev_id = "", None
+    if revision is not None:
+        for child in revision:
+            name = _local(child.tag)
+            if name == "text":
+                text = child.text or ""
+            elif name == "id":
+                rev_id = int(child.text) if child.text else None
+    return RawPage(page_id, title, ns, rev_id, text, "redirect" in fields)

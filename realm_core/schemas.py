@@ -1,0 +1,41 @@
+"""Arrow schemas of the Parquet artifacts, versioned. A reader refuses an unknown version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    kind: str
+    version: int
+    schema: pa.Schema
+
+    @property
+    def required(self) -> list[str]:
+        return [f.name for f in self.schema]
+
+
+DOCUMENTS = TableSchema("documents", 1, pa.schema([
+    ("doc_id", pa.string()),       # unique across sources: "<source name>:<native id>"
+    ("title", pa.string()),
+    ("text", pa.string()),         # clean text; paragraphs separated by "\n\n"
+    ("source", pa.string()),       # source name, e.g. "enwiki", "squad"
+    ("source_file", pa.string()),
+    ("page_id", pa.int64()),       # MediaWiki page id (null for other corpora)
+    ("revision_id", pa.int64()),   # MediaWiki revision id (null for other corpora)
+]))
+
+BLOCKS = TableSchema("blocks", 1, pa.schema([
+    ("block_id", pa.int64()),      # dense 0..N-1, the row of the block's embedding
+    ("doc_id", pa.string()),
+    ("title", pa.string()),
+    ("text", pa.string()),         # the body: document.text[char_start:char_end]
+    ("n_wordpieces", pa.int32()),  # [CLS] title [SEP] body [SEP], specials included
+    ("char_start", pa.int64()),
+    ("char_end", pa.int64()),
+]))
+
+SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS)}
