@@ -206,6 +206,11 @@ def data_dir() -> Path:
     return Path(os.environ.get("REALM_DATA_DIR", PROJECT_DIR.parent / "shared" / "data")).resolve()
 
 
+def work_dir() -> Path:
+    """Artifacts, Prefect home and logs: $REALM_WORK_DIR, default <project>/work."""
+    return Path(os.environ.get("REALM_WORK_DIR", PROJECT_DIR / "work")).resolve()
+
+
 def resolve_data_path(path: str) -> Path:
     if path.startswith("data:"):
         return data_dir() / path[len("data:"):]

@@ -1,0 +1,61 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both set up .venv themselves,
+# idempotently: the install step re-runs only when requirements.lock or pyproject.toml change.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export REALM_WORK_DIR ?= $(CURDIR)/work
+export REALM_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
+export PREFECT_HOME ?= $(REALM_WORK_DIR)/prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+PORT ?= 4200
+# torch's CPU wheel: pip's find-links folder where there is one (uv does not read pip's
+# config), else PyTorch's CPU index. Never the CUDA build.
+FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
+TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
+
+.PHONY: venv demo test test-fast test-slow serve stop bench lock lint clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/uv || $(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip install --python $(BIN)/python -q $(TORCH_SOURCE) -r requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
+	@touch $(STAMP)
+	@mkdir -p $(PREFECT_HOME)
+
+demo: $(STAMP)
+	@mkdir -p $(PREFECT_HOME)
+	$(BIN)/python -m flows.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow" -q
+	$(BIN)/python -m pytest tests -m slow -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow" -q
+
+serve: $(STAMP)
+	bash flows/serve.sh start $(PORT)
+
+stop:
+	bash flows/serve.sh stop
+
+bench: $(STAMP)
+	$(BIN)/python bench/ingest.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check realm_core tasks flows tests bench
+	$(BIN)/mypy realm_core
+
+lock:
+	$(BIN)/uv pip compile requirements.in $(TORCH_SOURCE) --python-version 3.11 --no-emit-package realm -o requirements.lock
+
+clean:
+	rm -rf $(VENV) work

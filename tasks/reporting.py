@@ -1,0 +1,34 @@
+"""Stage reports: a Prefect markdown artifact per stage and a progress reporter on the run log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact
+
+from realm_core.progress import LogProgress
+
+
+def run_progress() -> LogProgress:
+    return LogProgress(get_run_logger(), every=10.0)
+
+
+def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
+                   seconds: float) -> str:
+    lines = [f"## {stage}{' (cache hit)' if cached else ''}", "",
+             "| field | value |", "|---|---|",
+             f"| artifact | `{ref.path}` |", f"| content hash | `{ref.content_hash[:16]}` |",
+             f"| seconds | {seconds:.1f} |"]
+    for k, v in stats.items():
+        lines.append(f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |")
+    return "\n".join(lines)
+
+
+def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
+                         seconds: float) -> str:
+    md = stage_markdown(stage, ref, cached, stats, seconds)
+    key = stage.lower().replace("_", "-").replace(" ", "-")
+    create_markdown_artifact(markdown=md, key=key, description=f"realm {stage} report")
+    return md
