@@ -6,13 +6,21 @@ import json
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.context import get_run_context
+from prefect.exceptions import MissingContextError
+from prefect.logging import get_logger
 from prefect.artifacts import create_markdown_artifact
 
 from realm_core.progress import LogProgress
 
 
 def run_progress() -> LogProgress:
-    return LogProgress(get_run_logger(), every=10.0)
+    """Progress on the run log; on the module logger when called outside a run (`task.fn`)."""
+    try:
+        logger = get_run_logger()
+    except MissingContextError:
+        logger = get_logger("realm")
+    return LogProgress(logger, every=10.0)
 
 
 def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
@@ -29,6 +37,10 @@ def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
 def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
                          seconds: float) -> str:
     md = stage_markdown(stage, ref, cached, stats, seconds)
+    try:
+        get_run_context()
+    except MissingContextError:
+        return md  # called as task.fn outside a run: nothing to attach the artifact to
     key = stage.lower().replace("_", "-").replace(" ", "-")
     create_markdown_artifact(markdown=md, key=key, description=f"realm {stage} report")
     return md

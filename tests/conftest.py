@@ -1,0 +1,40 @@
+"""Shared fixtures. Environment is set before Prefect is imported anywhere."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="realm-tests-"))
+os.environ.setdefault("PREFECT_HOME", str(_SESSION_TMP / "prefect"))
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+
+import pytest  # noqa: E402
+
+from realm_core.artifacts import ArtifactStore  # noqa: E402
+from realm_core.config import data_dir  # noqa: E402
+
+GENSIM = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+TABLES = "wikipedia/enwiki-table-markup.xml.bz2"
+W2V = "wikipedia/wikipedia2vec-enwiki-pages-articles-sample.xml.bz2"
+SQUAD = "squad/squad-v1.1-dev.articles-00-39.json"
+DPR = "dpr/haystack-dpr-nq-dev-sample.json"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (REALM_DATA_DIR); tests that need it skip, saying why, when it is absent."""
+    d = data_dir()
+    if not (d / GENSIM).is_file():
+        pytest.skip(f"real data not found at {d} (set REALM_DATA_DIR to the shared data folder)")
+    return d
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ArtifactStore:
+    return ArtifactStore(tmp_path / "artifacts")

@@ -1,0 +1,128 @@
+import json
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from realm_core.artifacts import ArtifactStore, artifact_key
+from realm_core.errors import ArtifactError
+
+
+def _doc(i: int) -> dict:
+    return {"doc_id": f"t:{i}", "title": f"T{i}", "text": f"text {i}", "source": "t",
+            "source_file": "f", "page_id": i, "revision_id": None}
+
+
+def _write(store: ArtifactStore, key: str, n: int, rows_per_file: int = 2) -> str:
+    with store.write("documents", key, config={"a": 1}, config_hash="c", inputs={"x": "h"}) as w:
+        w.table("documents", rows_per_file=rows_per_file).write([_doc(i) for i in range(n)])
+    return store.path("documents", key)
+
+
+def test_round_trip_with_manifest_and_parts(store: ArtifactStore) -> None:
+    path = _write(store, "k1", 5)
+    art = store.open(path, kind="documents")
+    assert art.rows("documents") == 5
+    assert sorted(art.manifest["files"]) == [f"documents/part-0000{i}.parquet" for i in range(3)]
+    assert art.read_table("documents").column("doc_id").to_pylist() == [f"t:{i}" for i in range(5)]
+    assert art.manifest["inputs"] == {"x": "h"} and art.manifest["config_hash"] == "c"
+    assert store.lookup("documents", "k1") is not None
+    assert store.lookup("documents", "other") is None
+
+
+def test_content_hash_is_deterministic(tmp_path: Path) -> None:
+    a = _write(ArtifactStore(tmp_path / "a"), "k", 4)
+    b = _write(ArtifactStore(tmp_path / "b"), "k", 4)
+    ha = ArtifactStore(tmp_path / "a").open(a).ref.content_hash
+    hb = ArtifactStore(tmp_path / "b").open(b).ref.content_hash
+    assert ha == hb
+    c = _write(ArtifactStore(tmp_path / "c"), "k", 3)
+    assert ArtifactStore(tmp_path / "c").open(c).ref.content_hash != ha
+
+
+def test_failed_write_leaves_nothing(store: ArtifactStore) -> None:
+    with pytest.raises(RuntimeError):
+        with store.write("documents", "k", config={}, config_hash="c", inputs={}) as w:
+            w.table("documents").write([_doc(0)])
+            raise RuntimeError("killed mid-write")
+    assert not Path(store.path("documents", "k")).exists()
+    assert list((Path(store.root) / ".tmp").iterdir()) == []
+
+
+def test_rows_of_wrong_schema_are_refused(store: ArtifactStore) -> None:
+    with pytest.raises(ArtifactError, match="do not fit schema"):
+        with store.write("documents", "k", config={}, config_hash="c", inputs={}) as w:
+            w.table("documents").write(pa.table({"doc_id": ["a"]}))
+    assert not Path(store.path("documents", "k")).exists()
+
+
+def test_reader_names_missing_column_and_bad_version(store: ArtifactStore) -> None:
+    path = _write(store, "k", 2, rows_per_file=10)
+    part = Path(path) / "documents" / "part-00000.parquet"
+    pq.write_table(pq.read_table(part).drop(["title"]), part)
+    with pytest.raises(ArtifactError, match=r"lacks columns \['title'\]"):
+        store.open(path).read_table("documents")
+    manifest = Path(path) / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["schema_version"] = 99
+    manifest.write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match="schema version 99"):
+        store.open(path)
+    with pytest.raises(ArtifactError, match="expected a 'blocks' artifact"):
+        m["schema_version"] = 1
+        manifest.write_text(json.dumps(m))
+        store.open(path, kind="blocks")
+    manifest.write_text("{not json")
+    with pytest.raises(ArtifactError, match="corrupt manifest"):
+        store.open(path)
+
+
+def test_half_written_directory_is_not_an_artifact(store: ArtifactStore) -> None:
+    d = Path(store.path("documents", "k"))
+    d.mkdir(parents=True)
+    assert store.lookup("documents", "k") is None
+    with pytest.raises(ArtifactError, match="never finished"):
+        store.open(str(d))
+
+
+def test_concurrent_writers_of_one_key_publish_one_copy(store: ArtifactStore) -> None:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _write(store, "same", 50, rows_per_file=7)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.open(store.path("documents", "same")).rows("documents") == 50
+    assert list((Path(store.root) / ".tmp").iterdir()) == []
+
+
+def test_forced_rewrite_replaces(store: ArtifactStore) -> None:
+    _write(store, "k", 2)
+    with store.write("documents", "k", config={}, config_hash="c", inputs={}, replace=True) as w:
+        w.table("documents").write([_doc(i) for i in range(3)])
+    assert store.open(store.path("documents", "k")).rows("documents") == 3
+
+
+def test_key_depends_on_config_and_inputs() -> None:
+    k = artifact_key("c", {"a": "1", "b": "2"})
+    assert k == artifact_key("c", {"b": "2", "a": "1"})
+    assert k != artifact_key("c2", {"a": "1", "b": "2"})
+    assert k != artifact_key("c", {"a": "1", "b": "3"})
+
+
+def test_memory_filesystem_publishes_manifest_last() -> None:
+    store = ArtifactStore("memory://realm-test-root")
+    with store.write("documents", "m", config={}, config_hash="c", inputs={}) as w:
+        w.table("documents").write([_doc(0), _doc(1)])
+    art = store.lookup("documents", "m")
+    assert art is not None and art.read_table("documents").num_rows == 2

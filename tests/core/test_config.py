@@ -1,0 +1,52 @@
+from pathlib import Path
+
+import pytest
+
+from realm_core.config import PRESETS, load_config
+from realm_core.errors import ConfigError
+
+
+def test_paper_preset_has_realm_settings() -> None:
+    cfg = load_config("paper")
+    assert cfg.chunk.max_wordpieces == 288
+    assert cfg.chunk.encoder == "bert-base-uncased"
+    p = cfg.pretrain
+    assert (p.top_k, p.query_length, p.reader_length, p.batch_size) == (8, 96, 384, 512)
+    assert (p.learning_rate, p.steps, p.refresh_every) == (3e-5, 200_000, 500)
+    i = cfg.ict
+    assert (i.batch_size, i.learning_rate, i.steps, i.keep_sentence_prob) == (4096, 1e-4, 100_000, 0.1)
+
+
+def test_every_preset_validates() -> None:
+    for name in PRESETS:
+        assert load_config(name).preset == name
+
+
+def test_overrides_are_typed_and_validated() -> None:
+    cfg = load_config("tiny", overrides=["chunk.max_wordpieces=64", "ingest.workers=3"])
+    assert cfg.chunk.max_wordpieces == 64 and cfg.ingest.workers == 3
+    with pytest.raises(ConfigError, match="max_wordpieces"):
+        load_config("tiny", overrides=["chunk.max_wordpieces=4"])
+    with pytest.raises(ConfigError, match="stage.field=value"):
+        load_config("tiny", overrides=["chunk.max_wordpieces"])
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config("huge")
+    with pytest.raises(ConfigError, match="Extra inputs"):
+        load_config("tiny", overrides=["chunk.nonsense=1"])
+
+
+def test_yaml_file_merges_over_preset(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("chunk:\n  max_wordpieces: 200\npretrain:\n  top_k: 5\n")
+    cfg = load_config("demo", f, ["pretrain.top_k=6"])
+    assert cfg.chunk.max_wordpieces == 200
+    assert cfg.pretrain.top_k == 6
+    assert cfg.pretrain.reader_length == 256  # untouched demo value survives the merge
+
+
+def test_config_hash_ignores_execution_fields_only() -> None:
+    base = load_config("tiny").ingest
+    assert base.model_copy(update={"workers": 8}).config_hash() == base.config_hash()
+    assert base.model_copy(update={"rows_per_file": 7}).config_hash() != base.config_hash()
+    chunk = load_config("tiny").chunk
+    assert chunk.model_copy(update={"max_wordpieces": 100}).config_hash() != chunk.config_hash()

@@ -1,0 +1,55 @@
+"""The `realm` command as a user runs it: real processes, exit codes, no partial artifacts."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+REALM = [sys.executable, "-m", "flows.cli"]
+
+
+def realm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="200")
+    code = "import sys; from flows.cli import app; sys.exit(app())"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_ingest_chunk_inspect_on_tiny(shared_data: Path, tmp_path: Path) -> None:
+    root = str(tmp_path / "art")
+    r = realm("chunk", "--preset", "tiny", "--root", root, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    blocks_dir = next((tmp_path / "art" / "blocks").iterdir())
+    r = realm("inspect", str(blocks_dir), "--rows", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert '"kind": "blocks"' in r.stdout and "blocks: 615 rows" in r.stdout
+    r = realm("chunk", "--preset", "tiny", "--root", root, cwd=tmp_path)
+    assert "blocks (cached)" in r.stdout
+
+
+def test_bad_input_exits_nonzero_naming_the_file(tmp_path: Path) -> None:
+    cut = tmp_path / "dump.xml.bz2"
+    import bz2
+
+    page = b"<page><title>A</title><ns>0</ns><id>1</id><revision><text>Some text.</text></revision></page>"
+    cut.write_bytes(bz2.compress(b"<mediawiki>" + page * 5000)[:300])
+    r = realm("ingest", "--source", f"wikipedia:{cut}", "--root", str(tmp_path / "art"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "dump.xml.bz2 at compressed byte" in r.stderr and "expected a complete bz2" in r.stderr
+    assert not (tmp_path / "art" / "documents").exists()
+
+
+def test_help_teaches(tmp_path: Path) -> None:
+    r = realm("ingest", "--help", cwd=tmp_path)
+    assert r.returncode == 0 and "--source" in r.stdout and "KIND:PATH" in r.stdout
+
+
+def test_config_prints_resolved_values(tmp_path: Path) -> None:
+    r = realm("config", "--preset", "paper", "--set", "pretrain.top_k=5", cwd=tmp_path)
+    assert r.returncode == 0
+    cfg = json.loads(r.stdout[: r.stdout.rindex("}") + 1])
+    assert cfg["pretrain"]["top_k"] == 5 and cfg["pretrain"]["batch_size"] == 512

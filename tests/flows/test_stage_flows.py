@@ -1,0 +1,45 @@
+import asyncio
+from pathlib import Path
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+
+from flows.ingest_corpus import chunk_blocks, ingest_corpus
+from realm_core.config import IngestConfig
+
+
+def test_stage_flows_chain_and_cache(shared_data: Path, tmp_path: Path) -> None:
+    root = str(tmp_path / "art")
+    docs = ingest_corpus(preset="tiny", root=root)
+    blocks = chunk_blocks(documents=docs["ref"], preset="tiny", root=root)
+    assert docs["cached"] is False and blocks["cached"] is False
+    # without a documents ref the chunk flow resolves ingest through the cache
+    again = chunk_blocks(preset="tiny", root=root)
+    assert again["cached"] is True and again["ref"] == blocks["ref"]
+
+    async def artifact_keys() -> set[str]:
+        async with get_client() as client:
+            return {a.key for a in await client.read_artifacts() if a.key}
+
+    assert {"ingest", "chunk"} <= asyncio.run(artifact_keys())
+
+
+def test_bad_input_fails_the_flow_run_with_the_message_in_its_logs(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text("{oops\n")
+    cfg = IngestConfig(sources=({"kind": "jsonl", "path": str(bad)},))
+    state = ingest_corpus(config=cfg, root=str(tmp_path / "art"), return_state=True)
+    assert state.is_failed()
+
+    async def logs() -> str:
+        async with get_client() as client:
+            runs = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+            assert runs[0].state.is_failed()
+            entries = await client.read_logs(log_filter=LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+            return "\n".join(e.message for e in entries)
+
+    text = asyncio.run(logs())
+    assert "broken.jsonl at line 1: expected a JSON object" in text
+    assert not (tmp_path / "art" / "documents").exists()
