@@ -25,6 +25,8 @@ DISAMBIGUATION_TEMPLATES = frozenset({
 })
 _TEMPLATE_NAME = re.compile(r"\{\{\s*([^{}|]+?)\s*(?:\||\}\})")
 _REDIRECT_TEXT = re.compile(r"^\s*#redirect\b", re.I)
+# expat: "no element found", "unclosed token", "partial character": the input stopped mid-way.
+_TRUNCATED = {3, 5, 6}
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ def iter_pages(path: str | Path) -> Iterator[RawPage]:
             root.clear()  # drop finished pages: memory stays flat however large the dump
     except ET.ParseError as e:
         line, col = e.position
+        if e.code in _TRUNCATED and (pages > 0 or col > 0):
+            raise InputError(path, "a complete MediaWiki dump", position=f"line {line}, column {col}",
+                             found=f"the file ends early (truncated after {pages} pages)") from None
         raise InputError(path, "well-formed MediaWiki XML", position=f"line {line}, column {col}",
                          found=str(e).split(":")[0]) from None
     except EOFError:
