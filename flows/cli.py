@@ -230,3 +230,7 @@ def data_fetch(name: Annotated[list[str], typer.Argument(help="source names (see
 
 def main() -> None:  # pragma: no cover - console entry
     sys.exit(app())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
