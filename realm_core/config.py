@@ -54,11 +54,12 @@ class SourceSpec(StageConfig):
 class IngestConfig(StageConfig):
     """Corpora to documents."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"workers", "chunk_pages"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"workers", "chunk_pages", "bz2_threads"})
 
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
     workers: int = Field(2, ge=1, description="processes cleaning wikitext")
     chunk_pages: int = Field(16, ge=1, description="pages sent to a worker at a time")
+    bz2_threads: int = Field(1, ge=1, description="threads decompressing a .bz2 dump")
     rows_per_file: int = Field(20_000, ge=1, description="documents per Parquet part file")
 
 

@@ -67,7 +67,7 @@ def _batched(items: Iterable[RawPage], n: int) -> Iterator[list[RawPage]]:
 
 def _wikipedia_documents(path: Path, spec: SourceSpec, config: IngestConfig, stats: Counter[str],
                          progress: Progress) -> Iterator[Document]:
-    batches = _batched(iter_pages(path), config.chunk_pages)
+    batches = _batched(iter_pages(path, config.bz2_threads), config.chunk_pages)
 
     def account(results: list[tuple[str, Document | None]]) -> Iterator[Document]:
         stats["pages"] += len(results)
@@ -140,6 +140,7 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
             unit = "pages" if spec.kind == "wikipedia" else "docs"
             progress.start(f"ingest {Path(spec.path).name}", None, unit)
             buffer: list[Document] = []
+            buffered_chars = 0
             for doc in iter_source_documents(spec, config, stats, progress):
                 if doc["doc_id"] in seen:
                     stats["duplicate_doc_id"] += 1
@@ -147,9 +148,10 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
                 seen.add(doc["doc_id"])
                 stats["kept"] += 1
                 buffer.append(doc)
-                if len(buffer) >= 1000:
+                buffered_chars += len(doc["text"])
+                if buffered_chars >= 4_000_000:  # bounded by text size, not count: flat memory
                     table.write(buffer)
-                    buffer = []
+                    buffer, buffered_chars = [], 0
             if buffer:
                 table.write(buffer)
             progress.finish()

@@ -58,19 +58,36 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+def _open(path: Path, bz2_threads: int) -> tuple[IO[bytes], IO[bytes]]:
     raw = open(path, "rb")
-    if path.suffix == ".bz2":
+    if path.suffix != ".bz2":
+        return raw, raw
+    if raw.read(3) != b"BZh":
+        raw.close()
+        raise InputError(path, "bz2-compressed XML (a .bz2 file starts with 'BZh')",
+                         position="compressed byte 0", found="another format")
+    raw.seek(0)
+    try:
+        # indexed_bzip2 decodes ~1.4x faster than libbz2 on one thread and can use several;
+        # decompression is most of the reading process's time on a dump.
+        import indexed_bzip2
+
+        return raw, indexed_bzip2.open(raw, parallelization=bz2_threads)
+    except ImportError:
         return raw, bz2.BZ2File(raw)  # type: ignore[return-value]
-    return raw, raw
 
 
-def iter_pages(path: str | Path) -> Iterator[RawPage]:
+def _compressed_position(stream: IO[bytes], raw: IO[bytes]) -> str:
+    tell = getattr(stream, "tell_compressed", None)
+    return f"compressed byte {tell() // 8 if tell else raw.tell()}"
+
+
+def iter_pages(path: str | Path, bz2_threads: int = 1) -> Iterator[RawPage]:
     """Yield every `<page>` of a dump, in order. Bad input raises InputError naming the position."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "a MediaWiki XML dump file", found="no such file")
-    raw, stream = _open(path)
+    raw, stream = _open(path, bz2_threads)
     pages = 0
     try:
         context = ET.iterparse(stream, events=("start", "end"))
@@ -93,12 +110,11 @@ def iter_pages(path: str | Path) -> Iterator[RawPage]:
                              found=f"the file ends early (truncated after {pages} pages)") from None
         raise InputError(path, "well-formed MediaWiki XML", position=f"line {line}, column {col}",
                          found=str(e).split(":")[0]) from None
-    except EOFError:
-        raise InputError(path, "a complete bz2 stream", position=f"compressed byte {raw.tell()}",
-                         found=f"the file ends early (truncated after {pages} pages)") from None
-    except OSError as e:
-        raise InputError(path, "bz2-compressed XML", position=f"compressed byte {raw.tell()}",
-                         found=str(e)) from None
+    except (EOFError, RuntimeError, ValueError, OSError) as e:
+        # libbz2 says EOFError, indexed_bzip2 a RuntimeError, for a stream cut short
+        raise InputError(path, "a complete bz2 stream", position=_compressed_position(stream, raw),
+                         found=f"the file ends early or is corrupt after {pages} pages "
+                               f"({type(e).__name__}: {e})") from None
     finally:
         stream.close()
         raw.close()

@@ -28,6 +28,9 @@ _APPENDIX = re.compile(
     re.I | re.M)
 _BRACES = re.compile(r"\{\{|\}\}|\{\||\|\}")
 _MAGIC = re.compile(r"__[A-Z]+__")
+_FILE_LINK = re.compile(r"\[\[\s*(?:file|image|media)\s*:", re.I)
+_BRACKETS = re.compile(r"\[\[|\]\]")
+_STYLE_QUOTES = re.compile(r"''+")
 _DROP_LINK_NS = ("file:", "image:", "category:", "media:", "wikt:", "wiktionary:", "s:", "commons:")
 _INTERLANG = re.compile(r"^[a-z]{2,3}(-[a-z]+)?:")
 _KEEP_TAGS = {"b", "i", "u", "s", "em", "strong", "small", "big", "span", "sub", "sup", "abbr",
@@ -72,6 +75,29 @@ def drop_nested_braces(text: str) -> str:
         out.append(text[start:])
     # An unclosed template swallows the rest of the page, as MediaWiki would render it broken.
     return "".join(out)
+
+
+def drop_file_links(text: str) -> str:
+    """Remove `[[File:...]]` and `[[Image:...]]` with their captions, nested links included.
+
+    Captions may span lines, which defeats the tokenizer's link rule; a bracket count does not.
+    """
+    out: list[str] = []
+    pos = 0
+    while m := _FILE_LINK.search(text, pos):
+        out.append(text[pos:m.start()])
+        depth, scan = 1, m.end()
+        while depth and (b := _BRACKETS.search(text, scan)):
+            depth += 1 if b.group() == "[[" else -1
+            scan = b.end()
+        pos = scan if depth == 0 else len(text)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _quotes(m: re.Match[str]) -> str:
+    # An unbalanced bold/italic run, as in ''Iliad'''s: an odd run keeps one apostrophe.
+    return "'" if len(m.group()) % 2 else ""
 
 
 class _Frame:
@@ -195,8 +221,10 @@ def clean_wikitext(wikitext: str) -> str:
     text = _REF.sub("", text)
     text = _DROP_TAG_BLOCKS.sub("", text)
     text = drop_nested_braces(text)
+    text = drop_file_links(text)
     text = _MAGIC.sub("", text)
-    return normalise_whitespace(render_tokens(CTokenizer().tokenize(text, 0, False)))
+    plain = render_tokens(CTokenizer().tokenize(text, 0, False))
+    return normalise_whitespace(_STYLE_QUOTES.sub(_quotes, plain))
 
 
 def normalise_whitespace(text: str) -> str:

@@ -31,3 +31,9 @@ def test_table_markup_and_entities() -> None:
     assert out == "Intro\u00a0text & more.\n\nAfter the table." or out == "Intro text & more.\n\nAfter the table."
     for junk in ("{|", "|}", "colspan", "style=", "wikitable"):
         assert junk not in out
+
+
+def test_file_links_spanning_lines_and_unbalanced_quotes() -> None:
+    text = ("Before.\n[[File:Tree.png|thumb|A tree for\n[[Pablo]] with two readings.]]\n"
+            "After, the ''Iliad'''s hero.")
+    assert clean_wikitext(text) == "Before.\n\nAfter, the Iliad's hero."
