@@ -149,6 +149,24 @@ def chunk(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrid
         _report("blocks", result.ref, result.cached, result.stats)
 
 
+@app.command("mine-spans")
+def mine_spans(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+               root: Root = None, force: Force = False) -> None:
+    """blocks -> [bold]salient spans[/]: named entities (spaCy NER, only its 'ner' pipe) and dates (regexes), per sentence, the longer span winning an overlap (REALM §3.4).
+
+    Example: realm mine-spans --preset demo --set spans.n_process=2"""
+    from realm_core.blocks import run_chunk
+    from realm_core.ingest.stage import run_ingest
+    from realm_core.spans.mining import run_mine_spans
+
+    with _errors():
+        cfg, store = _setup(preset, config, overrides, root)
+        docs = run_ingest(store, cfg.ingest, RichProgress())
+        blocks = run_chunk(store, docs.ref, cfg.chunk, RichProgress())
+        result = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress(), force=force)
+        _report("salient spans", result.ref, result.cached, result.stats)
+
+
 @app.command()
 def inspect(artifact: Annotated[str, typer.Argument(help="artifact directory (or fsspec URL)")],
             rows: Annotated[int, typer.Option(help="sample rows to show per table")] = 3) -> None:
@@ -183,7 +201,7 @@ def show_config(preset: Preset = "demo", config: ConfigFile = None,
 
         cfg = load_config(preset, config, overrides or [])
         out.print_json(cfg.model_dump_json())
-        for name in ("ingest", "chunk", "ict", "pretrain"):
+        for name in ("ingest", "chunk", "spans", "masking", "ict", "pretrain"):
             out.print(f"{name}: config hash {getattr(cfg, name).config_hash()[:16]}")
 
 

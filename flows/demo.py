@@ -20,10 +20,16 @@ def main() -> int:
     except RealmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from realm_core.artifacts import ArtifactStore
+
+    store = ArtifactStore(result["root"])
     print("\nrealm demo finished.")
     for name, stage in result["stages"].items():
+        rows = store.open(stage["artifact"]).manifest["rows"]
+        counts = ", ".join(f"{n:,} {table}" for table, n in rows.items())
         print(f"  {name:<8} {'cache hit' if stage['cached'] else 'computed':<9} "
-              f"{stage['seconds']:>7.1f}s  {stage['artifact']}")
+              f"{stage['seconds']:>7.1f}s  {counts}")
+        print(f"           {stage['artifact']}")
     print(f"  results:  {result['root']}")
     print(f"  report:   {result['report']}")
     print("  inspect one with: .venv/bin/realm inspect <artifact dir>")

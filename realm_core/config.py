@@ -73,6 +73,30 @@ class ChunkConfig(StageConfig):
     batch_documents: int = Field(256, ge=1)
 
 
+class SpanConfig(StageConfig):
+    """Salient span mining (REALM §3.4): spaCy NER entities plus regex dates."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"n_process", "batch_size"})
+
+    spacy_model: str = Field("en_core_web_sm", description="only its 'ner' pipe is enabled")
+    entity_labels: tuple[str, ...] = Field(
+        ("PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW",
+         "LANGUAGE"), description="spaCy labels kept as named entities; dates come from regexes")
+    n_process: int = Field(2, ge=1, description="spaCy worker processes")
+    batch_size: int = Field(64, ge=1, description="texts per spaCy batch")
+
+
+class MaskingConfig(StageConfig):
+    """How pretraining examples are masked (REALM Table 2 ablations)."""
+
+    strategy: Literal["salient_span", "random_token", "random_span"] = "salient_span"
+    query_length: int = Field(96, ge=8, description="[CLS] sentence [SEP] in wordpieces")
+    max_mask_tokens: int = Field(10, ge=1, description="salient spans longer than this are skipped")
+    mask_rate: float = Field(0.15, gt=0, lt=1, description="random token/span masking rate")
+    span_geometric_p: float = Field(0.2, gt=0, le=1, description="SpanBERT span length ~ Geo(p)")
+    seed: int = 0
+
+
 class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
@@ -107,6 +131,8 @@ class PipelineConfig(StageConfig):
     preset: str
     ingest: IngestConfig
     chunk: ChunkConfig = ChunkConfig()
+    spans: SpanConfig = SpanConfig()
+    masking: MaskingConfig = MaskingConfig()
     ict: ICTConfig = ICTConfig()
     pretrain: PretrainConfig = PretrainConfig()
 
@@ -138,6 +164,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ingest": {"sources": _bundled_sources(["wiki-w2v", "wiki-tables", "squad", "dpr"],
                                                {"squad": 3, "dpr": 60}), "workers": 1},
         "chunk": {"max_wordpieces": 128},
+        "spans": {"n_process": 1},
+        "masking": {"query_length": 32},
         "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128},
         "pretrain": {"top_k": 3, "query_length": 32, "reader_length": 128, "batch_size": 2,
                      "steps": 4, "warmup_steps": 1, "refresh_every": 2},
@@ -145,6 +173,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
         "chunk": {"max_wordpieces": 288},
+        "masking": {"query_length": 64},
         "ict": {"batch_size": 32, "steps": 150, "query_length": 64, "block_length": 192},
         "pretrain": {"top_k": 4, "query_length": 64, "reader_length": 256, "batch_size": 8,
                      "learning_rate": 5e-5, "steps": 200, "warmup_steps": 20, "refresh_every": 100},

@@ -38,4 +38,24 @@ BLOCKS = TableSchema("blocks", 1, pa.schema([
     ("char_end", pa.int64()),
 ]))
 
-SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS)}
+SENTENCES = TableSchema("sentences", 1, pa.schema([
+    ("block_id", pa.int64()),
+    ("sentence", pa.int32()),      # index within the block
+    ("char_start", pa.int64()),    # into the block text
+    ("char_end", pa.int64()),
+]))
+
+SALIENT_SPANS = TableSchema("salient_spans", 1, pa.schema([
+    ("block_id", pa.int64()),
+    ("sentence", pa.int32()),
+    ("char_start", pa.int64()),    # into the block text
+    ("char_end", pa.int64()),
+    ("wp_start", pa.int32()),      # into the block text's wordpieces (no special tokens)
+    ("wp_end", pa.int32()),
+    ("text", pa.string()),
+    ("label", pa.string()),        # spaCy entity label, or DATE
+    ("source", pa.string()),       # the winning span's source: ner | date
+    ("sources", pa.string()),      # every source that found an overlapping span, e.g. "date,ner"
+]))
+
+SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS)}

@@ -43,3 +43,14 @@ def test_bad_input_fails_the_flow_run_with_the_message_in_its_logs(tmp_path: Pat
     text = asyncio.run(logs())
     assert "broken.jsonl at line 1: expected a JSON object" in text
     assert not (tmp_path / "art" / "documents").exists()
+
+
+def test_span_flow_resolves_upstream_through_the_cache(shared_data: Path, tmp_path: Path) -> None:
+    from flows.mine_salient_spans import mine_salient_spans
+
+    root = str(tmp_path / "art")
+    first = mine_salient_spans(preset="tiny", root=root)
+    assert first["cached"] is False and first["stats"]["blocks"] == 615
+    assert first["stats"]["spans"] > 500
+    again = mine_salient_spans(preset="tiny", root=root)
+    assert again["cached"] is True and again["ref"] == first["ref"]

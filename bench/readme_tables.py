@@ -1,0 +1,70 @@
+"""Render README's benchmark tables from bench/results/*.json (README numbers come only from there).
+
+    .venv/bin/python bench/readme_tables.py      # rewrites the marked blocks in README.md
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def ingest_table(result: dict) -> str:
+    lines = ["| dump | tool | pages/s | ratio | peak RSS (MB) | documents | markup left / M chars |",
+             "|---|---|---|---|---|---|---|"]
+    for run in result["runs"]:
+        for tool in ("realm", "wikiextractor"):
+            r = run[tool]
+            ratio = f"**{run['ratio_pages_per_s']:.2f}x**" if tool == "realm" else "1.00x"
+            lines.append(f"| {run['scale']}x ({run['pages']:,} pages) | {tool} | "
+                         f"{r['pages_per_s']:,.1f} | {ratio} | {r['peak_rss_mb']:,.0f} | "
+                         f"{r['documents']:,} | {sum(r['markup_per_million_chars'].values()):.1f} |")
+    return "\n".join(lines)
+
+
+def spans_table(result: dict) -> str:
+    raw, stage = result["raw"], result["stage"]
+    lines = [f"| run ({result['blocks']:,} demo blocks, {result['sentences']:,} sentences, "
+             f"n_process={result['n_process']}) | sentences/s | ratio | cores used |",
+             "|---|---|---|---|",
+             f"| raw `nlp.pipe` (peer) | {raw['sentences_per_s']:,.1f} | 1.00 | {raw['cores_used']:.2f} |",
+             f"| mining stage | {stage['sentences_per_s']:,.1f} | **{result['ratio']:.3f}** | "
+             f"{stage['cores_used']:.2f} |", "",
+             "| hand-labelled spans | precision | recall | overlap recall | gold | predicted |",
+             "|---|---|---|---|---|---|"]
+    for kind in ("all", "entity", "date"):
+        q = result["quality"][kind]
+        lines.append(f"| {kind} | {q['precision']:.3f} | {q['recall']:.3f} | "
+                     f"{q['overlap_recall']:.3f} | {q['gold']} | {q['predicted']} |")
+    st = result["demo_stats"]
+    labels = sorted(((k[6:], v) for k, v in st.items() if k.startswith("label:")), key=lambda x: -x[1])
+    lines += ["", f"On those blocks: {st['spans']:,} spans, {st['spans_per_block']} per block; "
+              f"{100 * st['share_sentences_with_span']:.1f}% of {st['sentences']:,} sentences hold "
+              f"at least one; {st.get('empty_blocks', 0)} empty blocks. Labels: "
+              + ", ".join(f"{k} {v:,}" for k, v in labels) + "."]
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table}
+
+
+def main() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name, render in TABLES.items():
+        path = RESULTS / f"{name}.json"
+        if not path.is_file():
+            continue
+        table = render(json.loads(path.read_text()))
+        block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{table}\n<!-- /bench:{name} -->"
+        pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.S)
+        readme = pattern.sub(lambda _: block, readme) if pattern.search(readme) else readme
+    (ROOT / "README.md").write_text(readme)
+
+
+if __name__ == "__main__":
+    main()

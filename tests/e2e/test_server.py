@@ -1,0 +1,77 @@
+"""The user's path with a real self-hosted Prefect server: `make serve`, run realm/full-pipeline,
+rerun one stage from its deployment (a cache hit), `make stop`. Loopback only."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[dict[str, str]]:
+    work = tmp_path_factory.mktemp("serve-work")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(REALM_WORK_DIR=str(work), REALM_DATA_DIR=str(shared_data),
+               PREFECT_WORKER_QUERY_SECONDS="2", PREFECT_WORKER_PREFETCH_SECONDS="2")
+    start = subprocess.run(["bash", "flows/serve.sh", "start", str(port)], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert start.returncode == 0, start.stdout + start.stderr
+    env.update(PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+               PREFECT_HOME=str(work / "prefect-server"))
+    try:
+        yield env | {"work": str(work)}
+    finally:
+        subprocess.run(["bash", "flows/serve.sh", "stop"], cwd=ROOT, env=env, timeout=60)
+
+
+def prefect(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in env.items() if k != "work"}
+    return subprocess.run([PREFECT, *args], cwd=ROOT, env=clean, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_deployment(env: dict[str, str], name: str) -> str:
+    r = prefect(env, "deployment", "run", name, "-p", "preset=tiny", "--watch",
+                "--watch-interval", "2", "--watch-timeout", "540")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Completed" in r.stdout, r.stdout
+    return r.stdout
+
+
+def test_deployments_listed(server: dict[str, str]) -> None:
+    r = prefect(server, "deployment", "ls")
+    assert r.returncode == 0
+    for name in ("realm/full-pipeline", "ingest-corpus/realm", "chunk-blocks/realm",
+                 "mine-salient-spans/realm"):
+        assert name in r.stdout, r.stdout
+
+
+def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None:
+    run_deployment(server, "realm/full-pipeline")
+    artifacts = Path(server["work"]) / "artifacts"
+    for kind in ("documents", "blocks", "salient_spans"):
+        found = list((artifacts / kind).glob("*/manifest.json"))
+        assert len(found) == 1, kind
+    report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())
+    assert report["rows"]["blocks"] == 615
+    run_deployment(server, "chunk-blocks/realm")
+    # the rerun published no new artifact, and its stage report says cache hit
+    assert len(list((artifacts / "blocks").glob("*/manifest.json"))) == 1
+    r = prefect(server, "artifact", "inspect", "chunk")
+    assert r.returncode == 0 and "cache hit" in r.stdout, r.stdout
