@@ -71,9 +71,10 @@ def salient_spans(text: str, entities: Iterable[tuple[int, int, str]], labels: f
     return resolve_overlaps(spans)
 
 
-def wordpiece_range(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
-    """[first, last+1) wordpieces overlapping characters [start, end)."""
-    ends = [o[1] for o in offsets]
+def wordpiece_range(offsets: list[tuple[int, int]], start: int, end: int,
+                    ends: list[int] | None = None) -> tuple[int, int]:
+    """[first, last+1) wordpieces overlapping characters [start, end); `ends` = offset ends."""
+    ends = ends if ends is not None else [o[1] for o in offsets]
     first = bisect.bisect_right(ends, start)
     last = first
     while last < len(offsets) and offsets[last][0] < end:
@@ -91,12 +92,13 @@ def block_rows(block_id: int, text: str, entities: list[tuple[int, int, str]],
                  for i, (s, e) in enumerate(sentences)]
     span_rows = []
     with_span: set[int] = set()
+    ends = [o[1] for o in offsets]
     for winner, overlapped in salient_spans(text, entities, labels):
         sentence = max(bisect.bisect_right(starts, winner.start) - 1, 0)
         if sentences and winner.end > sentences[sentence][1]:
             stats["spans_across_sentences"] += 1
             continue  # a span must sit inside one sentence to be masked in it
-        wp_start, wp_end = wordpiece_range(offsets, winner.start, winner.end)
+        wp_start, wp_end = wordpiece_range(offsets, winner.start, winner.end, ends)
         if wp_end <= wp_start:
             stats["spans_without_wordpieces"] += 1
             continue
