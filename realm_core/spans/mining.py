@@ -7,7 +7,7 @@ offsets in the block text's tokenization (no special tokens).
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,14 +117,17 @@ def block_rows(block_id: int, text: str, entities: list[tuple[int, int, str]],
     return sent_rows, span_rows
 
 
-def iter_block_texts(blocks: Any, stats: Counter[str]) -> Iterator[tuple[str, int]]:
-    """(text, block_id) of every non-empty block; empty or whitespace-only ones are counted."""
+def iter_block_texts(blocks: Any, stats: Counter[str], ids: deque[int]) -> Iterator[str]:
+    """Text of every non-empty block, its id appended to `ids` (nlp.pipe keeps order); empty or
+    whitespace-only blocks are counted. Plain strings, not as_tuples: spaCy would make the Docs
+    in this process and ship them to its workers, costing ~10% of the stage."""
     for batch in blocks.iter_batches("blocks", columns=["block_id", "text"]):
         for block_id, text in zip(batch.column("block_id").to_pylist(),
                                   batch.column("text").to_pylist()):
             stats["blocks"] += 1
             if text and text.strip():
-                yield text, block_id
+                ids.append(block_id)
+                yield text
             else:
                 stats["empty_blocks"] += 1
 
@@ -153,9 +156,11 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
         sent_rows: list[dict[str, Any]] = []
         span_rows: list[dict[str, Any]] = []
         # One nlp.pipe over the whole stream: its worker processes start once.
-        docs = nlp.pipe(iter_block_texts(blocks, stats), as_tuples=True,
-                        batch_size=config.batch_size, n_process=config.n_process)
-        for doc, block_id in docs:
+        ids: deque[int] = deque()
+        docs = nlp.pipe(iter_block_texts(blocks, stats, ids), batch_size=config.batch_size,
+                        n_process=config.n_process)
+        for doc in docs:
+            block_id = ids.popleft()
             ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
             offsets = backend.encode(doc.text, add_special_tokens=False).offsets
             s_rows, p_rows = block_rows(block_id, doc.text, ents, offsets, labels, stats)
