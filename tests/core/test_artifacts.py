@@ -126,3 +126,12 @@ def test_memory_filesystem_publishes_manifest_last() -> None:
         w.table("documents").write([_doc(0), _doc(1)])
     art = store.lookup("documents", "m")
     assert art is not None and art.read_table("documents").num_rows == 2
+
+
+def test_code_version_tracks_sources_and_packages() -> None:
+    from realm_core.artifacts import code_version
+
+    a = code_version(("realm_core.blocks",))
+    assert a == code_version(("realm_core.blocks",))
+    assert a != code_version(("realm_core.blocks", "realm_core.schemas"))
+    assert a != code_version(("realm_core.blocks",), ("pyarrow",))

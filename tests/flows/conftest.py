@@ -1,12 +1,6 @@
-from collections.abc import Iterator
-
 import pytest
 
 
-@pytest.fixture(scope="session", autouse=True)
-def prefect_harness() -> Iterator[None]:
-    """One Prefect test harness (temporary database and API) for every flow test."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+@pytest.fixture(autouse=True)
+def _in_prefect_harness(prefect_harness: None) -> None:
+    """Every test here runs against the session's one Prefect test harness."""
