@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from realm_core.config import data_dir  # noqa: E402
+from realm_core.config import data_dir
 
 GENSIM = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 WORK = ROOT / "bench" / ".work"
@@ -42,7 +42,7 @@ def replicated_dump(copies: int, out: Path) -> int:
     with bz2.open(out, "wt", compresslevel=1) as f:
         f.write(head)
         for k in range(copies):
-            f.write(page_id.sub(lambda m: f"{m[1]}{int(m[2]) + k * 10_000_000}{m[3]}", body))
+            f.write(page_id.sub(lambda m, k=k: f"{m[1]}{int(m[2]) + k * 10_000_000}{m[3]}", body))
         f.write(tail)
     return n_pages * copies
 
@@ -90,7 +90,7 @@ def realm_texts(root: Path) -> list[str]:
 def wikiextractor_texts(out: Path) -> list[str]:
     docs = []
     for f in sorted(out.rglob("wiki_*")):
-        docs += re.findall(r"<doc [^>]*>\n(.*?)</doc>", f.read_text(), re.S)
+        docs += re.findall(r"<doc [^>]*>\n(.*?)</doc>", f.read_text(), re.DOTALL)
     return docs
 
 

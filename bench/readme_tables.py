@@ -61,8 +61,8 @@ def main() -> None:
             continue
         table = render(json.loads(path.read_text()))
         block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{table}\n<!-- /bench:{name} -->"
-        pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.S)
-        readme = pattern.sub(lambda _: block, readme) if pattern.search(readme) else readme
+        pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.DOTALL)
+        readme = pattern.sub(lambda _, b=block: b, readme) if pattern.search(readme) else readme
     (ROOT / "README.md").write_text(readme)
 
 

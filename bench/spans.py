@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from realm_core.artifacts import ArtifactStore  # noqa: E402
-from realm_core.blocks import run_chunk  # noqa: E402
-from realm_core.config import load_config  # noqa: E402
-from realm_core.ingest.stage import run_ingest  # noqa: E402
-from realm_core.spans.mining import load_ner, run_mine_spans, sentence_spans  # noqa: E402
-from realm_core.spans.quality import evaluate  # noqa: E402
+from realm_core.artifacts import ArtifactStore
+from realm_core.blocks import run_chunk
+from realm_core.config import load_config
+from realm_core.ingest.stage import run_ingest
+from realm_core.spans.mining import load_ner, run_mine_spans, sentence_spans
+from realm_core.spans.quality import evaluate
 
 WORK = ROOT / "bench" / ".work" / "spans"
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,11 +36,11 @@ console = Console(stderr=True)
 out = Console()
 
 Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (laptop), paper")]
-ConfigFile = Annotated[Optional[Path], typer.Option("--config", "-c", exists=True, dir_okay=False,
+ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
                                                     help="YAML file of stage sections")]
-Overrides = Annotated[Optional[list[str]], typer.Option(
+Overrides = Annotated[list[str] | None, typer.Option(
     "--set", "-s", help="override one field, e.g. --set chunk.max_wordpieces=128 (repeatable)")]
-Root = Annotated[Optional[str], typer.Option(help="artifact root (path or fsspec URL)")]
+Root = Annotated[str | None, typer.Option(help="artifact root (path or fsspec URL)")]
 Force = Annotated[bool, typer.Option("--force", help="recompute even if a cached artifact exists")]
 
 
@@ -53,8 +53,13 @@ class RichProgress:
         self._unit = ""
 
     def start(self, description: str, total: int | None, unit: str) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._unit = unit
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -107,8 +112,8 @@ def _report(title: str, ref: Any, cached: bool, stats: dict[str, Any]) -> None:
 @app.command()
 def ingest(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
            root: Root = None, force: Force = False,
-           workers: Annotated[Optional[int], typer.Option(help="processes cleaning wikitext")] = None,
-           source: Annotated[Optional[list[str]], typer.Option(
+           workers: Annotated[int | None, typer.Option(help="processes cleaning wikitext")] = None,
+           source: Annotated[list[str] | None, typer.Option(
                help="KIND:PATH replacing the preset's sources (repeatable); KIND is one of "
                     "wikipedia, squad, dpr_json, dpr_tsv, jsonl")] = None) -> None:
     """Corpora -> [bold]documents[/]: stream Wikipedia dumps (.xml/.xml.bz2), SQuAD JSON, DPR passages or JSONL; keep namespace-0 articles, count redirects and disambiguation pages.
@@ -235,8 +240,8 @@ def data_list() -> None:
 
 @data_app.command("fetch")
 def data_fetch(name: Annotated[list[str], typer.Argument(help="source names (see `realm data list`)")],
-               url: Annotated[Optional[str], typer.Option(help="mirror URL (file:// works)")] = None,
-               dest: Annotated[Optional[Path], typer.Option(help="default data/downloads")] = None) -> None:
+               url: Annotated[str | None, typer.Option(help="mirror URL (file:// works)")] = None,
+               dest: Annotated[Path | None, typer.Option(help="default data/downloads")] = None) -> None:
     """Download sources and verify their sha256; then use REALM_DATA_DIR=data/downloads."""
     from realm_core.sources import DOWNLOADS, fetch
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from prefect import flow
 
+from flows.settings import resolve
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import ChunkConfig, IngestConfig
-from flows.settings import resolve
 from tasks.corpus import chunk_blocks as chunk_task
 from tasks.corpus import ingest_documents
 

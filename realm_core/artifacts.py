@@ -22,14 +22,14 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from realm_core import __version__
 from realm_core.errors import ArtifactError
@@ -47,7 +47,7 @@ def sha256_file(path: str | Path, fs: Any = None, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_version(modules: tuple[str, ...], packages: tuple[str, ...] = ()) -> str:
     """Hash of the source of the modules that compute a stage, plus versions of the packages it
     leans on: a code change invalidates the stage's cached artifacts without a manual bump."""
@@ -275,7 +275,7 @@ class ArtifactStore:
                 "rows": {name: t.rows for name, t in writer.tables.items()},
                 "files": files,
                 "package_version": __version__,
-                "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 **writer.extra_manifest,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))

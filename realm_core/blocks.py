@@ -87,7 +87,7 @@ def chunk_document(tokenizer: Any, doc: dict[str, Any], max_wordpieces: int,
         stats["empty_documents"] += 1
         return
     offsets = [tuple(o) for o in enc.offsets]
-    spans = chunk_spans(offsets, enc.word_ids, sentence_starts(text), budget, stats)  # type: ignore[arg-type]
+    spans = chunk_spans(offsets, enc.word_ids, sentence_starts(text), budget, stats)
     for i, (s, e) in enumerate(spans):
         # Blocks partition the text: each runs to where the next one starts.
         start = offsets[s][0] if i else 0
@@ -122,7 +122,7 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
             docs_in_batch = batch.to_pylist()
             encodings = tokenizer.backend_tokenizer.encode_batch(
                 [d["text"] for d in docs_in_batch], add_special_tokens=False)
-            for doc, enc in zip(docs_in_batch, encodings):
+            for doc, enc in zip(docs_in_batch, encodings, strict=True):
                 for block in chunk_document(tokenizer, doc, config.max_wordpieces, stats, enc):
                     block["block_id"] = next_id
                     next_id += 1

@@ -37,7 +37,7 @@ def resolve_encoder_dir(spec: str) -> Path:
 def load_tokenizer(spec: str) -> Any:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(resolve_encoder_dir(spec)))
+    tok = AutoTokenizer.from_pretrained(str(resolve_encoder_dir(spec)))  # type: ignore[no-untyped-call]
     if not getattr(tok, "is_fast", False):
         raise ConfigError(f"encoder {spec!r}: a fast tokenizer (tokenizer.json or vocab.txt) is needed")
     tok.model_max_length = 1 << 30  # we chunk ourselves; silence length warnings

@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger
-from prefect.artifacts import create_markdown_artifact
 
 from realm_core.progress import LogProgress
 

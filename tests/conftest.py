@@ -14,10 +14,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 
-import pytest  # noqa: E402
+import pytest
 
-from realm_core.artifacts import ArtifactStore  # noqa: E402
-from realm_core.config import data_dir  # noqa: E402
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import data_dir
 
 GENSIM = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 TABLES = "wikipedia/enwiki-table-markup.xml.bz2"

@@ -14,8 +14,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import (ArtifactRef, ArtifactStore, artifact_key, code_version,
-                                  sha256_file)
+from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version, sha256_file
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError
 from realm_core.ingest import corpora

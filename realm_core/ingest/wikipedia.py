@@ -24,7 +24,7 @@ DISAMBIGUATION_TEMPLATES = frozenset({
     "call sign disambiguation", "place name disambiguation", "human name disambiguation",
 })
 _TEMPLATE_NAME = re.compile(r"\{\{\s*([^{}|]+?)\s*(?:\||\}\})")
-_REDIRECT_TEXT = re.compile(r"^\s*#redirect\b", re.I)
+_REDIRECT_TEXT = re.compile(r"^\s*#redirect\b", re.IGNORECASE)
 # expat: "no element found", "unclosed token", "partial character": the input stopped mid-way.
 _TRUNCATED = {3, 5, 6}
 
@@ -74,7 +74,7 @@ def _open(path: Path, bz2_threads: int) -> tuple[IO[bytes], IO[bytes]]:
 
         return raw, indexed_bzip2.open(raw, parallelization=bz2_threads)
     except ImportError:
-        return raw, bz2.BZ2File(raw)  # type: ignore[return-value]
+        return raw, bz2.BZ2File(raw)
 
 
 def _compressed_position(stream: IO[bytes], raw: IO[bytes]) -> str:

@@ -16,19 +16,19 @@ from typing import Any
 from mwparserfromhell.parser import tokens as T
 from mwparserfromhell.parser._tokenizer import CTokenizer
 
-_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_REF = re.compile(r"<ref\b[^>/]*/>|<ref\b[^>]*>.*?</ref\s*>", re.S | re.I)
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_REF = re.compile(r"<ref\b[^>/]*/>|<ref\b[^>]*>.*?</ref\s*>", re.DOTALL | re.IGNORECASE)
 _DROP_TAG_BLOCKS = re.compile(
     r"<(gallery|math|chem|score|timeline|imagemap|syntaxhighlight|source|graph|mapframe|templatedata)"
-    r"\b[^>]*>.*?</\1\s*>", re.S | re.I)
+    r"\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 # MOS:LAYOUT puts the appendices last, in this order; none of them is prose.
 _APPENDIX = re.compile(
     r"^==+\s*(?:see also|notes|references|further reading|external links|bibliography|sources|"
     r"footnotes|citations|notes and references|references and notes|works cited)\s*==+\s*$",
-    re.I | re.M)
+    re.IGNORECASE | re.MULTILINE)
 _BRACES = re.compile(r"\{\{|\}\}|\{\||\|\}")
 _MAGIC = re.compile(r"__[A-Z]+__")
-_FILE_LINK = re.compile(r"\[\[\s*(?:file|image|media)\s*:", re.I)
+_FILE_LINK = re.compile(r"\[\[\s*(?:file|image|media)\s*:", re.IGNORECASE)
 _BRACKETS = re.compile(r"\[\[|\]\]")
 _STYLE_QUOTES = re.compile(r"''+")
 _DROP_LINK_NS = ("file:", "image:", "category:", "media:", "wikt:", "wiktionary:", "s:", "commons:")
@@ -41,8 +41,8 @@ _ODD_SPACES = re.compile(r"[\t\u00a0]")
 _SPACE_RUNS = re.compile(r" {2,}")
 _EMPTY_PARENS = re.compile(r"\(\s*[,;]?\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r" (?=[,.;:!?])")
-_MARKUP_LINE = re.compile(r"^[ \t]*(?:[|!].*|[*#:;]+)[ \t]*$", re.M)
-_LINE_START = re.compile(r"^[ *#:;]+", re.M)
+_MARKUP_LINE = re.compile(r"^[ \t]*(?:[|!].*|[*#:;]+)[ \t]*$", re.MULTILINE)
+_LINE_START = re.compile(r"^[ *#:;]+", re.MULTILINE)
 _LINE_END = re.compile(r" +(?=\n)| +\Z")
 _NEWLINES = re.compile(r"\n{3,}")
 _OPENERS = {T.WikilinkOpen: "link", T.ExternalLinkOpen: "extlink_url", T.TemplateOpen: "template",
@@ -103,7 +103,7 @@ def _quotes(m: re.Match[str]) -> str:
 class _Frame:
     """An open construct in the token stream: text goes to `sink`; `parts` keeps what counts."""
 
-    __slots__ = ("kind", "sink", "parts", "name", "entity")
+    __slots__ = ("entity", "kind", "name", "parts", "sink")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

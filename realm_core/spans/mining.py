@@ -7,6 +7,7 @@ offsets in the block text's tokenization (no special tokens).
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Sentences as (start, end) character ranges, with the chunker's sentence rule."""
     bounds = [0, *sentence_starts(text), len(text)]
     out = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         seg = text[a:b]
         lead = len(seg) - len(seg.lstrip())
         body = seg.strip()
@@ -123,7 +124,7 @@ def iter_block_texts(blocks: Any, stats: Counter[str], ids: deque[int]) -> Itera
     in this process and ship them to its workers, costing ~10% of the stage."""
     for batch in blocks.iter_batches("blocks", columns=["block_id", "text"]):
         for block_id, text in zip(batch.column("block_id").to_pylist(),
-                                  batch.column("text").to_pylist()):
+                                  batch.column("text").to_pylist(), strict=True):
             stats["blocks"] += 1
             if text and text.strip():
                 ids.append(block_id)
@@ -149,7 +150,8 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     nlp = load_ner(config.spacy_model)
     labels = frozenset(config.entity_labels)
     stats: Counter[str] = Counter()
-    progress.start("mine salient spans", blocks.rows("blocks"), "blocks")
+    # counted in sentences, the unit NER throughput is quoted in (total unknown up front)
+    progress.start("mine salient spans", None, "sentences")
     with store.write("salient_spans", key, config=config.model_dump(mode="json"),
                      config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
         sentences_out = out.table("sentences")
@@ -170,9 +172,10 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
             span_rows += p_rows
             if len(sent_rows) >= 20_000:
                 sentences_out.write(sent_rows)
-                spans_out.write(span_rows) if span_rows else None
+                if span_rows:
+                    spans_out.write(span_rows)
                 sent_rows, span_rows = [], []
-            progress.advance(1)
+            progress.advance(len(s_rows))
         if sent_rows:
             sentences_out.write(sent_rows)
         if span_rows:
@@ -180,7 +183,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
         if sentences_out.rows == 0:
             raise ArtifactError(f"{blocks.path}: every block is empty; nothing to mine")
         progress.finish()
-        summary = dict(stats)
+        summary: dict[str, Any] = dict(stats)
         summary["spans_per_block"] = round(stats["spans"] / max(stats["blocks"], 1), 3)
         summary["share_sentences_with_span"] = round(
             stats["sentences_with_span"] / max(stats["sentences"], 1), 4)

@@ -52,7 +52,7 @@ def score(gold_rows: list[dict[str, Any]], predicted: list[list[tuple[int, int, 
           kinds: set[str] | None = None) -> SpanScores:
     """Exact-offset matching of (start, end, kind) spans; `kinds` keeps 'entity' or 'date'."""
     n_gold = n_pred = exact = overlapping = 0
-    for row, pred in zip(gold_rows, predicted):
+    for row, pred in zip(gold_rows, predicted, strict=True):
         gold = {(s["start"], s["end"]) for s in row["spans"] if kinds is None or s["type"] in kinds}
         pred_set = {(a, b) for a, b, kind in pred if kinds is None or kind in kinds}
         n_gold += len(gold)
@@ -66,7 +66,7 @@ def evaluate(path: Path, spacy_model: str, labels: frozenset[str]) -> dict[str, 
     rows = load_gold(path)
     nlp = load_ner(spacy_model)
     predicted = []
-    for row, doc in zip(rows, nlp.pipe([r["text"] for r in rows])):
+    for row, doc in zip(rows, nlp.pipe([r["text"] for r in rows]), strict=True):
         ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
         predicted.append([(w.start, w.end, "date" if w.label == "DATE" else "entity")
                           for w, _ in salient_spans(row["text"], ents, labels)])

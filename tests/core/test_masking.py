@@ -2,8 +2,13 @@ import random
 from collections import Counter
 
 from realm_core.config import MaskingConfig
-from realm_core.spans.masking import (RandomSpanMasking, RandomTokenMasking, SalientSpanMasking,
-                                      Sentence, mask_sentence)
+from realm_core.spans.masking import (
+    RandomSpanMasking,
+    RandomTokenMasking,
+    SalientSpanMasking,
+    Sentence,
+    mask_sentence,
+)
 
 CLS, SEP, MASK = 101, 102, 103
 

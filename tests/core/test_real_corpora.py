@@ -11,8 +11,7 @@ from realm_core.blocks import run_chunk
 from realm_core.config import ChunkConfig, IngestConfig, load_config
 from realm_core.encoders import load_tokenizer
 from realm_core.ingest.corpora import read_dpr_json, read_squad
-from realm_core.ingest.stage import clean_pages
-from realm_core.ingest.stage import run_ingest
+from realm_core.ingest.stage import clean_pages, run_ingest
 from realm_core.ingest.wikipedia import iter_pages
 from realm_core.sources import load_registry
 from tests.conftest import DPR, GENSIM, SQUAD, TABLES, W2V

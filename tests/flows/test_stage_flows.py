@@ -2,7 +2,12 @@ import asyncio
 from pathlib import Path
 
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 
 from flows.ingest_corpus import chunk_blocks, ingest_corpus
 from realm_core.config import IngestConfig
