@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from prefect import get_run_logger
@@ -11,7 +13,7 @@ from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger
 
-from realm_core.progress import LogProgress
+from realm_core.progress import LogProgress, Progress
 
 
 def run_progress() -> LogProgress:
@@ -44,3 +46,13 @@ def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, An
     key = stage.lower().replace("_", "-").replace(" ", "-")
     create_markdown_artifact(markdown=md, key=key, description=f"realm {stage} report")
     return md
+
+
+def run_stage(stage: str, run: Callable[[Progress], Any]) -> dict[str, Any]:
+    """Time a realm_core stage call (given the run's progress reporter), publish its report and
+    return what flows pass on: the artifact ref, whether it was a cache hit, stats, seconds."""
+    t0 = time.perf_counter()
+    result = run(run_progress())
+    seconds = time.perf_counter() - t0
+    publish_stage_report(stage, result.ref, result.cached, result.stats, seconds)
+    return {"ref": result.ref, "cached": result.cached, "stats": result.stats, "seconds": seconds}
