@@ -50,7 +50,22 @@ def spans_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table}
+def mips_table(result: dict) -> str:
+    lines = ["| corpus | index | queries/s | vs peer | recall@10 | build (s) | memory (MB) |",
+             "|---|---|---|---|---|---|---|"]
+    for run in result["runs"]:
+        p = run["peer"]
+        lines.append(f"| {run['n']:,} | torch matmul + topk (peer) | {p['qps']:,.0f} | 1.00x | 1.000 | - | "
+                     f"{p['memory_mb']:,.0f} |")
+        for ix in run["indexes"]:
+            lines.append(f"| {run['n']:,} | faiss `{ix['factory']}` | {ix['qps']:,.0f} | "
+                         f"**{ix['speedup_vs_peer']:.2f}x** | {ix['recall_at_10']:.3f} | "
+                         f"{ix['build_s']:.1f} | {ix['memory_mb']:,.0f} |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
+                                            "mips": mips_table}
 
 
 def main() -> None:
