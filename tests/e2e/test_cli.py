@@ -54,3 +54,21 @@ def test_config_prints_resolved_values(tmp_path: Path) -> None:
     assert r.returncode == 0
     cfg = json.loads(r.stdout[: r.stdout.rindex("}") + 1])
     assert cfg["pretrain"]["top_k"] == 5 and cfg["pretrain"]["batch_size"] == 512
+
+
+def test_two_concurrent_runs_into_one_root_do_not_corrupt(shared_data: Path, tmp_path: Path) -> None:
+    root = str(tmp_path / "art")
+    code = "import sys; from flows.cli import app; sys.exit(app())"
+    env = dict(os.environ, COLUMNS="200")
+    procs = [subprocess.Popen([sys.executable, "-c", code, "mine-spans", "--preset", "tiny",
+                               "--root", root], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    for kind in ("documents", "blocks", "salient_spans"):
+        published = list((tmp_path / "art" / kind).glob("*/manifest.json"))
+        assert len(published) == 1, kind  # one copy per key, whoever finished first
+    assert not any((tmp_path / "art" / ".tmp").iterdir())
+    r = realm("inspect", str(published[0].parent), cwd=tmp_path)
+    assert r.returncode == 0 and "salient_spans" in r.stdout
