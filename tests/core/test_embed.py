@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import BUNDLED_ENCODER
+from realm_core.encoders import load_tokenizer
+from realm_core.errors import ArtifactError
+from realm_core.retrieval.embed import embed_blocks, embed_texts, length_batches, load_embeddings
+from realm_core.retrieval.encoders import RetrieverEncoder
+
+
+@pytest.fixture(scope="module")
+def encoder() -> RetrieverEncoder:
+    torch.manual_seed(0)
+    return RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, projection_dim=16, seed=3)
+
+
+def test_length_batches_group_by_length() -> None:
+    assert list(length_batches([3, 9, 1, 7, 5], 2)) == [[1, 3], [4, 0], [2]]
+
+
+def test_batched_equals_one_by_one_and_padding_is_inert(encoder: RetrieverEncoder) -> None:
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    titles = ["Ada", "Paris", "A"]
+    bodies = ["Ada Lovelace wrote the first program.", "Paris is the capital of France and its "
+              "largest city by far.", "x"]
+    batched = embed_texts(encoder, tok, titles, bodies, max_length=64, batch_size=3)
+    single = np.concatenate([embed_texts(encoder, tok, [t], [b], 64, 1)
+                             for t, b in zip(titles, bodies, strict=True)])
+    assert batched.shape == (3, 16)
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+def test_save_and_load_round_trip(tmp_path: Path, encoder: RetrieverEncoder) -> None:
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    encoder.save_pretrained(tmp_path / "doc-encoder", tokenizer_source=BUNDLED_ENCODER)
+    again = RetrieverEncoder.from_pretrained(str(tmp_path / "doc-encoder"))
+    assert again.projection_dim == 16 and again.pooling == "cls"
+    a = embed_texts(encoder, tok, ["T"], ["Some body text."], 32, 1)
+    b = embed_texts(again, tok, ["T"], ["Some body text."], 32, 1)
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    from transformers import AutoModel
+
+    assert AutoModel.from_pretrained(str(tmp_path / "doc-encoder")).config.hidden_size == 384
+    assert (tmp_path / "doc-encoder" / "model.safetensors").is_file()
+
+
+def test_embed_blocks_shards_in_block_order(tmp_path: Path, encoder: RetrieverEncoder) -> None:
+    store = ArtifactStore(tmp_path / "art")
+    texts = [f"Block number {i} " + "word " * (i * 3) for i in range(7)]
+    rows = [{"block_id": i, "doc_id": "d", "title": "T", "text": t, "n_wordpieces": 1,
+             "char_start": 0, "char_end": 1} for i, t in enumerate(texts)]
+    with store.write("blocks", "b", config={}, config_hash="c", inputs={}) as w:
+        w.table("blocks").write(rows)
+    blocks = store.lookup("blocks", "b")
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    summary = embed_blocks(blocks, encoder, tok, tmp_path / "emb", max_length=64, batch_size=2,
+                           shard_size=3)
+    assert [s["rows"] for s in summary["shards"]] == [3, 3, 1]
+    vectors = load_embeddings(tmp_path / "emb", summary, 7)
+    direct = embed_texts(encoder, tok, ["T"] * 7, texts, 64, 7)
+    np.testing.assert_allclose(vectors, direct, atol=1e-5)
+    with pytest.raises(ArtifactError, match="6 embeddings for 7 blocks"):
+        load_embeddings(tmp_path / "emb", {**summary, "shards": summary["shards"][:2]}, 7)
+    bad = np.load(tmp_path / "emb" / "shard-00000.npy")
+    bad[0, 0] = np.nan
+    np.save(tmp_path / "emb" / "shard-00000.npy", bad)
+    with pytest.raises(ArtifactError, match="NaN or inf"):
+        load_embeddings(tmp_path / "emb", summary, 7)
