@@ -26,7 +26,8 @@ def main() -> int:
     print("\nrealm demo finished.")
     for name, stage in result["stages"].items():
         rows = store.open(stage["artifact"]).manifest["rows"]
-        counts = ", ".join(f"{n:,} {table}" for table, n in rows.items())
+        counts = ", ".join(f"{n:,} {table}" for table, n in rows.items()) or ", ".join(
+            f"{k} {v}" for k, v in stage["stats"].items() if isinstance(v, (int, str)))
         print(f"  {name:<8} {'cache hit' if stage['cached'] else 'computed':<9} "
               f"{stage['seconds']:>7.1f}s  {counts}")
         print(f"           {stage['artifact']}")

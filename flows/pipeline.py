@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.ingest_corpus import chunk_blocks, ingest_corpus
 from flows.mine_salient_spans import mine_salient_spans
+from flows.refresh_index import refresh_index
 from flows.settings import resolve
 
 
@@ -35,6 +36,9 @@ def full_pipeline(preset: str = "demo", config_file: str | None = None,
     stages["ingest"] = ingest_corpus(config=cfg.ingest, root=root)
     stages["chunk"] = chunk_blocks(documents=stages["ingest"]["ref"], config=cfg.chunk, root=root)
     stages["spans"] = mine_salient_spans(blocks=stages["chunk"]["ref"], config=cfg.spans, root=root)
+    refreshed = refresh_index(blocks=stages["chunk"]["ref"], embed=cfg.embed, index=cfg.index,
+                              root=root)
+    stages["embed"], stages["index"] = refreshed["embed"], refreshed["index"]
     md = summary_markdown(preset, stages)
     create_markdown_artifact(markdown=md, key="realm-pipeline", description="stage summary")
     reports = Path(root).parent / "reports" if "://" not in root else None

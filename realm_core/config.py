@@ -97,6 +97,30 @@ class MaskingConfig(StageConfig):
     seed: int = 0
 
 
+class EmbedConfig(StageConfig):
+    """Block embeddings with the document (knowledge) encoder (REALM §3.1)."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size"})
+
+    doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
+    projection_dim: int = Field(128, ge=1, description="used when the encoder has no saved head")
+    pooling: Literal["cls", "mean"] = "cls"
+    seed: int = Field(0, description="seed of a fresh projection head")
+    max_length: int = Field(288, ge=8, description="block tokens, specials included")
+    batch_size: int = Field(32, ge=1)
+    shard_size: int = Field(50_000, ge=1, description="blocks per embeddings shard file")
+    float16: bool = Field(False, description="store embeddings as float16")
+
+
+class IndexConfig(StageConfig):
+    """The MIPS index over block embeddings; versioned by the retriever step."""
+
+    factory: str = Field("Flat", description="faiss factory string: Flat, IVF4096,Flat, HNSW32")
+    ivf_nprobe: int = Field(16, ge=1)
+    hnsw_ef_search: int = Field(64, ge=1)
+    train_sample: int = Field(200_000, ge=1, description="vectors an IVF index is trained on")
+
+
 class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
@@ -133,6 +157,8 @@ class PipelineConfig(StageConfig):
     chunk: ChunkConfig = ChunkConfig()
     spans: SpanConfig = SpanConfig()
     masking: MaskingConfig = MaskingConfig()
+    embed: EmbedConfig = EmbedConfig()
+    index: IndexConfig = IndexConfig()
     ict: ICTConfig = ICTConfig()
     pretrain: PretrainConfig = PretrainConfig()
 
@@ -166,6 +192,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "chunk": {"max_wordpieces": 128},
         "spans": {"n_process": 1},
         "masking": {"query_length": 32},
+        "embed": {"max_length": 128, "batch_size": 16},
         "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128},
         "pretrain": {"top_k": 3, "query_length": 32, "reader_length": 128, "batch_size": 2,
                      "steps": 4, "warmup_steps": 1, "refresh_every": 2},
@@ -182,6 +209,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",
                                 "path": "data:enwiki-20181220-pages-articles.xml.bz2"}], "workers": 16},
         "chunk": {"encoder": "bert-base-uncased", "max_wordpieces": 288},
+        "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True},
+        "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},
         "ict": {"encoder": "bert-base-uncased"},
         "pretrain": {},
     },

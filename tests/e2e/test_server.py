@@ -58,14 +58,20 @@ def test_deployments_listed(server: dict[str, str]) -> None:
     r = prefect(server, "deployment", "ls")
     assert r.returncode == 0
     for name in ("realm/full-pipeline", "ingest-corpus/realm", "chunk-blocks/realm",
-                 "mine-salient-spans/realm"):
+                 "mine-salient-spans/realm", "refresh-index/refresh-index"):
         assert name in r.stdout, r.stdout
+
+
+def test_nightly_refresh_is_scheduled(server: dict[str, str]) -> None:
+    r = prefect(server, "deployment", "inspect", "refresh-index/refresh-index")
+    assert r.returncode == 0 and "0 3 * * *" in r.stdout, r.stdout
 
 
 def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None:
     run_deployment(server, "realm/full-pipeline")
     artifacts = Path(server["work"]) / "artifacts"
-    for kind in ("documents", "blocks", "salient_spans"):
+    assert json.loads((artifacts / "index" / "CURRENT").read_text())["step"] == 0
+    for kind in ("documents", "blocks", "salient_spans", "embeddings"):
         found = list((artifacts / kind).glob("*/manifest.json"))
         assert len(found) == 1, kind
     report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())

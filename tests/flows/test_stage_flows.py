@@ -59,3 +59,16 @@ def test_span_flow_resolves_upstream_through_the_cache(shared_data: Path, tmp_pa
     assert first["stats"]["spans"] > 500
     again = mine_salient_spans(preset="tiny", root=root)
     assert again["cached"] is True and again["ref"] == first["ref"]
+
+
+def test_refresh_index_flow_builds_and_switches(shared_data: Path, tmp_path: Path) -> None:
+    from flows.refresh_index import refresh_index
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.retrieval.versions import current_step
+
+    root = str(tmp_path / "art")
+    first = refresh_index(preset="tiny", root=root)
+    assert first["embed"]["stats"]["blocks"] == 612 and first["index"]["stats"]["step"] == 0
+    assert current_step(ArtifactStore(root)) == 0
+    again = refresh_index(preset="tiny", root=root)
+    assert again["embed"]["cached"] is True and again["index"]["cached"] is True

@@ -1,0 +1,117 @@
+"""Stages of the retrieval half: embed every block with the document encoder, then build and
+switch to a new index version. Together they are `refresh_index` (REALM §3.4 MIPS refresh; the
+pretraining loop and the nightly schedule both run it)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version, sha256_file
+from realm_core.config import EmbedConfig, IndexConfig
+from realm_core.encoders import load_tokenizer, resolve_encoder_dir
+from realm_core.errors import ConfigError, RealmError
+from realm_core.progress import NoProgress, Progress
+from realm_core.retrieval.embed import embed_blocks, load_embeddings
+from realm_core.retrieval.encoders import HEAD_FILE, RetrieverEncoder
+from realm_core.retrieval.index import MipsIndex
+from realm_core.retrieval.versions import KIND, load_index, publish_index, set_current, version_name
+
+EMBED_CODE = ("realm_core.retrieval.stage", "realm_core.retrieval.embed",
+              "realm_core.retrieval.encoders")
+
+
+@dataclass
+class StageResult:
+    ref: ArtifactRef
+    cached: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def encoder_hash(spec: str) -> str:
+    """Content hash of an encoder directory's weights, head and configs."""
+    directory = resolve_encoder_dir(spec)
+    h = hashlib.sha256()
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and path.suffix in (".safetensors", ".json", ".txt", ".bin"):
+            h.update(f"{path.name}:{sha256_file(path)}\n".encode())
+    return h.hexdigest()
+
+
+def retriever_step(spec: str) -> int:
+    """The training step an encoder directory records (0: not trained by us)."""
+    import json
+
+    head = resolve_encoder_dir(spec) / HEAD_FILE
+    return int(json.loads(head.read_text()).get("step", 0)) if head.is_file() else 0
+
+
+def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: EmbedConfig,
+                     progress: Progress | None = None, force: bool = False) -> StageResult:
+    inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.doc_encoder),
+              "code": code_version(EMBED_CODE, ("torch", "transformers"))}
+    key = artifact_key(config.config_hash(), inputs)
+    if not force and (hit := store.lookup("embeddings", key)) is not None:
+        return StageResult(hit.ref, True, hit.manifest["stats"])
+    blocks = store.open(blocks_ref, kind="blocks")
+    tokenizer = load_tokenizer(config.doc_encoder)
+    block_vocab = blocks.manifest.get("tokenizer", {}).get("vocab_size")
+    if block_vocab is not None and block_vocab != tokenizer.vocab_size:
+        raise ConfigError(f"{blocks.path}: blocks were cut with a {block_vocab}-word vocabulary, "
+                          f"encoder {config.doc_encoder!r} has {tokenizer.vocab_size}")
+    encoder = RetrieverEncoder.from_pretrained(config.doc_encoder, config.projection_dim,
+                                               config.pooling, config.seed)
+    with store.write("embeddings", key, config=config.model_dump(mode="json"),
+                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+        summary = embed_blocks(blocks, encoder, tokenizer, out.tmp / "embeddings",
+                               max_length=config.max_length, batch_size=config.batch_size,
+                               shard_size=config.shard_size, float16=config.float16,
+                               progress=progress or NoProgress())
+        stats = {"blocks": summary["rows"], "dim": summary["dim"], "dtype": summary["dtype"],
+                 "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}
+        out.extra_manifest.update({"embeddings": summary, "stats": stats,
+                                   "encoder": {"spec": config.doc_encoder, "hash": inputs["encoder"]}})
+    hit = store.lookup("embeddings", key)
+    assert hit is not None
+    return StageResult(hit.ref, False, stats)
+
+
+def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_ref: ArtifactRef,
+                    config: IndexConfig) -> StageResult:
+    """Build index version v<retriever step> from the embeddings and make it current."""
+    emb = store.open(embeddings_ref, kind="embeddings")
+    if emb.manifest["inputs"]["blocks"] != blocks_ref.content_hash:
+        raise RealmError(f"{emb.path}: embeddings were made from other blocks than {blocks_ref.path}")
+    step = int(emb.manifest["stats"]["retriever_step"])
+    existing = store.lookup(KIND, version_name(step))
+    if existing is not None:
+        if existing.manifest["inputs"]["embeddings"] != embeddings_ref.content_hash:
+            raise RealmError(f"{existing.path}: index version {step} exists, built from other "
+                             "embeddings; train the retriever further or remove that version")
+        set_current(store, step)
+        return StageResult(existing.ref, True, {"step": step, "blocks": existing.manifest["n_blocks"]})
+    blocks = store.open(blocks_ref, kind="blocks")
+    vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"],
+                              blocks.rows("blocks"))  # (N, D)
+    train = None
+    if "IVF" in config.factory:
+        rng = np.random.default_rng(0)
+        train = vectors[rng.choice(len(vectors), min(len(vectors), config.train_sample), replace=False)]
+    index = MipsIndex.build(vectors.shape[1], config.factory, train_vectors=train,
+                            hnsw_ef_search=config.hnsw_ef_search, ivf_nprobe=config.ivf_nprobe)
+    index.add(vectors, np.arange(len(vectors), dtype=np.int64))
+    ref = publish_index(store, step, index, encoder_checkpoint=emb.manifest["encoder"]["spec"],
+                        embeddings_hash=embeddings_ref.content_hash,
+                        blocks_hash=blocks_ref.content_hash)
+    moved = set_current(store, step)
+    return StageResult(ref, False, {"step": step, "blocks": len(index), "factory": config.factory,
+                                    "current": moved})
+
+
+def current_index(store: ArtifactStore) -> tuple[MipsIndex, dict[str, Any]]:
+    index, art = load_index(store)
+    return index, art.manifest

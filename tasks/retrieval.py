@@ -1,0 +1,26 @@
+"""Thin tasks over the retrieval stages: block embeddings and index versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore
+from realm_core.config import EmbedConfig, IndexConfig
+from realm_core.retrieval.stage import run_build_index, run_embed_blocks
+from tasks.reporting import run_stage
+
+
+@task(name="embed-blocks")
+def embed_blocks(blocks: ArtifactRef, config: EmbedConfig, root: str,
+                 force: bool = False) -> dict[str, Any]:
+    return run_stage("embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, config, p,
+                                                          force=force))
+
+
+@task(name="build-index", retries=2, retry_delay_seconds=10)
+def build_index(embeddings: ArtifactRef, blocks: ArtifactRef, config: IndexConfig,
+                root: str) -> dict[str, Any]:
+    return run_stage("index", lambda _: run_build_index(ArtifactStore(root), embeddings, blocks,
+                                                         config))
