@@ -15,7 +15,7 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version
 from realm_core.config import ChunkConfig
-from realm_core.encoders import load_tokenizer
+from realm_core.encoders import load_tokenizer, load_wordpieces
 from realm_core.errors import RealmError
 from realm_core.progress import NoProgress, Progress
 
@@ -68,10 +68,10 @@ def chunk_spans(offsets: list[tuple[int, int]], word_ids: list[int | None], star
     return spans
 
 
-def chunk_document(tokenizer: Any, doc: dict[str, Any], max_wordpieces: int,
+def chunk_document(backend: Any, doc: dict[str, Any], max_wordpieces: int,
                    stats: Counter[str], enc: Any = None) -> Iterator[dict[str, Any]]:
-    """Blocks of one document; `enc` is its text's encoding when the caller batched it."""
-    backend = tokenizer.backend_tokenizer
+    """Blocks of one document, counted with `backend` (`load_wordpieces`); `enc` is the text's
+    encoding when the caller batched it."""
     text: str = doc["text"]
     title: str = doc["title"]
     title_ids = backend.encode(title, add_special_tokens=False)
@@ -110,6 +110,7 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
         return ChunkResult(hit.ref, True, hit.manifest.get("stats", {}))
     docs = store.open(documents, kind="documents")
     tokenizer = load_tokenizer(config.encoder)
+    backend = load_wordpieces(config.encoder)
     stats: Counter[str] = Counter()
     next_id = 0
     progress.start("chunk documents", docs.rows("documents"), "docs")
@@ -120,10 +121,10 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
                                        batch_size=config.batch_documents):
             rows = []
             docs_in_batch = batch.to_pylist()
-            encodings = tokenizer.backend_tokenizer.encode_batch(
+            encodings = backend.encode_batch(
                 [d["text"] for d in docs_in_batch], add_special_tokens=False)
             for doc, enc in zip(docs_in_batch, encodings, strict=True):
-                for block in chunk_document(tokenizer, doc, config.max_wordpieces, stats, enc):
+                for block in chunk_document(backend, doc, config.max_wordpieces, stats, enc):
                     block["block_id"] = next_id
                     next_id += 1
                     rows.append(block)

@@ -41,7 +41,17 @@ def load_tokenizer(spec: str) -> Any:
     if not getattr(tok, "is_fast", False):
         raise ConfigError(f"encoder {spec!r}: a fast tokenizer (tokenizer.json or vocab.txt) is needed")
     tok.model_max_length = 1 << 30  # we chunk ourselves; silence length warnings
-    # MiniLM's tokenizer.json bakes in truncation and padding at 128; our chunker needs neither.
-    tok.backend_tokenizer.no_truncation()
-    tok.backend_tokenizer.no_padding()
     return tok
+
+
+@lru_cache(maxsize=4)
+def load_wordpieces(spec: str) -> Any:
+    """A private `tokenizers.Tokenizer` for raw wordpieces and offsets: no special tokens added by
+    callers, no truncation, no padding. A copy, because HF's tokenizer call leaves its own
+    truncation settings on the shared backend (MiniLM's tokenizer.json even ships 128)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(load_tokenizer(spec).backend_tokenizer.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    return backend

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from realm_core.config import MaskingConfig
+from realm_core.encoders import load_wordpieces
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def iter_examples(blocks: Any, spans: Any, config: MaskingConfig, tokenizer: Any
     span_df = spans.read_table("salient_spans").to_pandas()
     sent_by_block = {k: g.to_dict("records") for k, g in sent_df.groupby("block_id")}
     span_by_block = {k: g.to_dict("records") for k, g in span_df.groupby("block_id")}
-    backend = tokenizer.backend_tokenizer
+    backend = load_wordpieces(blocks.manifest["tokenizer"]["encoder"])
     for batch in blocks.iter_batches("blocks", columns=["block_id", "doc_id", "text"]):
         for block in batch.to_pylist():
             own_spans = span_by_block.get(block["block_id"], [])

@@ -16,7 +16,7 @@ from typing import Any
 from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version
 from realm_core.blocks import sentence_starts
 from realm_core.config import SpanConfig
-from realm_core.encoders import load_tokenizer
+from realm_core.encoders import load_wordpieces
 from realm_core.errors import ArtifactError, ConfigError
 from realm_core.progress import NoProgress, Progress
 from realm_core.spans.dates import Span, find_dates, resolve_overlaps
@@ -146,7 +146,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
     if encoder is None:
         raise ArtifactError(f"{blocks.path}: manifest does not name the tokenizer of its blocks")
-    tokenizer = load_tokenizer(encoder)
+    backend = load_wordpieces(encoder)
     nlp = load_ner(config.spacy_model)
     labels = frozenset(config.entity_labels)
     stats: Counter[str] = Counter()
@@ -156,7 +156,6 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
                      config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
         sentences_out = out.table("sentences")
         spans_out = out.table("salient_spans")
-        backend = tokenizer.backend_tokenizer
         sent_rows: list[dict[str, Any]] = []
         span_rows: list[dict[str, Any]] = []
         # One nlp.pipe over the whole stream: its worker processes start once.

@@ -3,7 +3,7 @@ from collections import Counter
 
 from realm_core.blocks import chunk_document, chunk_spans, sentence_starts
 from realm_core.config import BUNDLED_ENCODER
-from realm_core.encoders import load_tokenizer
+from realm_core.encoders import load_tokenizer, load_wordpieces
 
 
 def test_sentence_starts() -> None:
@@ -29,7 +29,7 @@ def test_blocks_fit_and_partition_the_text() -> None:
     tok = load_tokenizer(BUNDLED_ENCODER)
     text = " ".join(f"Sentence number {i} talks about antidisestablishmentarianism." for i in range(60))
     doc = {"doc_id": "d:1", "title": "A rather long title", "text": text}
-    blocks = list(chunk_document(tok, doc, 64, Counter()))
+    blocks = list(chunk_document(load_wordpieces(BUNDLED_ENCODER), doc, 64, Counter()))
     assert len(blocks) > 5
     for b in blocks:
         ids = tok(b["title"], b["text"])["input_ids"]

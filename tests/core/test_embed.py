@@ -70,3 +70,15 @@ def test_embed_blocks_shards_in_block_order(tmp_path: Path, encoder: RetrieverEn
     np.save(tmp_path / "emb" / "shard-00000.npy", bad)
     with pytest.raises(ArtifactError, match="NaN or inf"):
         load_embeddings(tmp_path / "emb", summary, 7)
+
+
+def test_embedding_leaves_chunking_tokenizer_untouched(encoder: RetrieverEncoder) -> None:
+    from collections import Counter
+
+    from realm_core.blocks import chunk_document
+    from realm_core.encoders import load_wordpieces
+
+    embed_texts(encoder, load_tokenizer(BUNDLED_ENCODER), ["T"], ["body " * 50], 16, 1)
+    doc = {"doc_id": "d", "title": "T", "text": "One sentence here. " * 40}
+    blocks = list(chunk_document(load_wordpieces(BUNDLED_ENCODER), doc, 32, Counter()))
+    assert len(blocks) > 5 and all(b["n_wordpieces"] <= 32 for b in blocks)

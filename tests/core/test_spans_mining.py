@@ -7,7 +7,7 @@ import pytest
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import BUNDLED_ENCODER, MaskingConfig, SpanConfig
-from realm_core.encoders import load_tokenizer
+from realm_core.encoders import load_tokenizer, load_wordpieces
 from realm_core.errors import ArtifactError
 from realm_core.spans.masking import iter_examples
 from realm_core.spans.mining import block_rows, run_mine_spans, sentence_spans, wordpiece_range
@@ -30,7 +30,7 @@ def test_block_rows_merge_ner_and_dates_exactly() -> None:
     text = "Ada Lovelace met Charles Babbage. On 5 June 1833 they met in London."
     ents = [(0, 12, "PERSON"), (17, 32, "PERSON"), (37, 48, "DATE"), (61, 67, "GPE"),
             (34, 36, "CARDINAL")]
-    offsets = tok.backend_tokenizer.encode(text, add_special_tokens=False).offsets
+    offsets = load_wordpieces(BUNDLED_ENCODER).encode(text, add_special_tokens=False).offsets
     stats: Counter[str] = Counter()
     sents, spans = block_rows(9, text, ents, offsets, LABELS, stats)
     assert [(s["sentence"], s["char_start"], s["char_end"]) for s in sents] == [(0, 0, 33), (1, 34, 68)]
@@ -50,7 +50,7 @@ def test_block_rows_merge_ner_and_dates_exactly() -> None:
 def test_overlap_records_both_sources() -> None:
     tok = load_tokenizer(BUNDLED_ENCODER)
     text = "The Battle of 1066 ended it."
-    offsets = tok.backend_tokenizer.encode(text, add_special_tokens=False).offsets
+    offsets = load_wordpieces(BUNDLED_ENCODER).encode(text, add_special_tokens=False).offsets
     _, spans = block_rows(0, text, [(0, 18, "EVENT")], offsets, LABELS, Counter())
     assert [(p["text"], p["source"], p["sources"]) for p in spans] == [
         ("The Battle of 1066", "ner", "date,ner")]
