@@ -48,7 +48,6 @@ def test_block_rows_merge_ner_and_dates_exactly() -> None:
 
 
 def test_overlap_records_both_sources() -> None:
-    tok = load_tokenizer(BUNDLED_ENCODER)
     text = "The Battle of 1066 ended it."
     offsets = load_wordpieces(BUNDLED_ENCODER).encode(text, add_special_tokens=False).offsets
     _, spans = block_rows(0, text, [(0, 18, "EVENT")], offsets, LABELS, Counter())
