@@ -27,7 +27,7 @@ def length_batches(lengths: list[int], batch_size: int) -> Iterator[list[int]]:
 
 
 def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[str],
-                max_length: int, batch_size: int) -> np.ndarray:
+                max_length: int, batch_size: int, progress: Progress | None = None) -> np.ndarray:
     """(N, D) float32 embeddings of `[CLS] title [SEP] body [SEP]`, in input order."""
     import torch
 
@@ -46,6 +46,8 @@ def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[st
                 input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
                 mask[row, :len(ids[i])] = 1
             out[batch] = encoder(input_ids, mask).float().numpy()  # (B, D)
+            if progress is not None:
+                progress.advance(len(batch))
     return out
 
 
@@ -65,7 +67,7 @@ def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, 
             raise ArtifactError(f"{blocks.path}: block ids must be dense and in order "
                                 f"(expected {expected_id}.. at part {n})")
         vectors = embed_texts(encoder, tokenizer, batch.column("title").to_pylist(),
-                              batch.column("text").to_pylist(), max_length, batch_size)
+                              batch.column("text").to_pylist(), max_length, batch_size, progress)
         if not np.isfinite(vectors).all():
             raise ArtifactError(f"encoder produced NaN/inf embeddings in shard {n}")
         name = f"shard-{n:05d}.npy"
@@ -73,7 +75,6 @@ def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, 
                 allow_pickle=False)
         shards.append({"file": name, "first_block_id": int(expected_id), "rows": len(block_ids)})
         expected_id += len(block_ids)
-        progress.advance(len(block_ids))
     progress.finish()
     return {"shards": shards, "rows": expected_id, "dim": int(encoder.projection_dim),
             "dtype": "float16" if float16 else "float32"}
