@@ -64,8 +64,17 @@ def mips_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def embed_table(result: dict) -> str:
+    return "\n".join([
+        f"| {result['blocks']:,} demo blocks (mean {result['mean_tokens']} tokens), batch "
+        f"{result['batch_size']} | blocks/s | ratio |", "|---|---|---|",
+        f"| raw transformers forward, padded to 288 (peer) | {result['raw']['blocks_per_s']:.1f} | 1.00 |",
+        f"| realm `embed_texts` (length-sorted batches) | {result['realm']['blocks_per_s']:.1f} | "
+        f"**{result['ratio']:.2f}** |"])
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
-                                            "mips": mips_table}
+                                            "mips": mips_table, "embed": embed_table}
 
 
 def main() -> None:
