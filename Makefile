@@ -47,8 +47,13 @@ serve: $(STAMP)
 stop:
 	bash flows/serve.sh stop
 
+# Every benchmark (about 20 minutes on 2 cores), then README's tables from bench/results/*.json.
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/spans.py
+	$(BIN)/python bench/embed.py
+	$(BIN)/python bench/mips.py
+	$(BIN)/python bench/readme_tables.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check realm_core tasks flows tests bench
