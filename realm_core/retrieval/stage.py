@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import embed_blocks, load_embeddings
 from realm_core.retrieval.encoders import HEAD_FILE, RetrieverEncoder
 from realm_core.retrieval.index import MipsIndex
-from realm_core.retrieval.versions import KIND, load_index, publish_index, set_current, version_name
+from realm_core.retrieval.versions import KIND, publish_index, set_current, version_name
 
 EMBED_CODE = ("realm_core.retrieval.stage", "realm_core.retrieval.embed",
               "realm_core.retrieval.encoders")
@@ -110,8 +109,3 @@ def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_re
     moved = set_current(store, step)
     return StageResult(ref, False, {"step": step, "blocks": len(index), "factory": config.factory,
                                     "current": moved})
-
-
-def current_index(store: ArtifactStore) -> tuple[MipsIndex, dict[str, Any]]:
-    index, art = load_index(store)
-    return index, art.manifest

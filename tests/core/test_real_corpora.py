@@ -4,8 +4,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from realm_core.artifacts import ArtifactStore, sha256_file
 from realm_core.blocks import run_chunk
 from realm_core.config import ChunkConfig, IngestConfig, load_config
@@ -76,10 +74,9 @@ def test_blocks_of_demo_corpus_fit_and_give_back_documents(shared_data: Path, tm
         assert re.sub(r"\s+", "", "".join(group.text)) == re.sub(r"\s+", "", d.loc[doc_id, "text"])
 
 
-@pytest.mark.parametrize("workers", [2])
-def test_parallel_ingest_of_real_dump(shared_data: Path, tmp_path: Path, workers: int) -> None:
+def test_parallel_ingest_of_real_dump(shared_data: Path, tmp_path: Path) -> None:
     cfg = IngestConfig(sources=({"kind": "wikipedia", "path": str(shared_data / GENSIM)},),
-                       workers=workers)
+                       workers=2)
     r = run_ingest(ArtifactStore(tmp_path), cfg)
     assert r.stats[f"source0:{Path(GENSIM).name}"]["kept"] == 98
     c = run_chunk(ArtifactStore(tmp_path), r.ref, ChunkConfig(max_wordpieces=128))

@@ -8,7 +8,8 @@ from realm_core.encoders import load_tokenizer
 from realm_core.errors import RealmError
 from realm_core.retrieval.embed import embed_texts
 from realm_core.retrieval.encoders import RetrieverEncoder
-from realm_core.retrieval.stage import current_index, run_build_index, run_embed_blocks
+from realm_core.retrieval.stage import run_build_index, run_embed_blocks
+from realm_core.retrieval.versions import load_index
 
 
 def blocks(store: ArtifactStore, key: str, texts: list[str]):  # type: ignore[no-untyped-def]
@@ -32,7 +33,7 @@ def test_refresh_embeds_indexes_and_retrieves(store: ArtifactStore) -> None:
     assert run_embed_blocks(store, ref, cfg).cached is True
     built = run_build_index(store, emb.ref, ref, IndexConfig())
     assert built.stats == {"step": 0, "blocks": 4, "factory": "Flat", "current": True}
-    index, manifest = current_index(store)
+    index, _ = load_index(store)
     # the index returns each block for its own embedding first
     encoder = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 32, "cls", 0)
     own = embed_texts(encoder, load_tokenizer(BUNDLED_ENCODER), [f"T{i}" for i in range(4)],
@@ -52,4 +53,4 @@ def test_index_from_other_blocks_or_conflicting_version(store: ArtifactStore) ->
     emb_b = run_embed_blocks(store, b, cfg)
     with pytest.raises(RealmError, match="index version 0 exists, built from other embeddings"):
         run_build_index(store, emb_b.ref, b, IndexConfig())
-    assert np.isfinite(current_index(store)[0].index.reconstruct(0)).all()
+    assert np.isfinite(load_index(store)[0].index.reconstruct(0)).all()
