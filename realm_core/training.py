@@ -1,0 +1,146 @@
+"""Training machinery shared by the ICT warm start and REALM pretraining: BERT's AdamW parameter
+groups, the warm-up + linear-decay schedule, per-step seeding, and atomic checkpoints.
+
+A checkpoint is a directory `step-NNNNNNNN/` holding one `<name>.safetensors` per module, the
+optimizer's tensors in `optimizer.safetensors` and everything else (step, data position, index
+version, param groups, file hashes) in `state.json`. It is written to a temp directory and
+renamed, so after `kill -9` at any moment the newest `step-*` directory is complete. Never pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from realm_core.artifacts import sha256_file
+from realm_core.errors import ArtifactError
+
+STATE_FILE = "state.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+
+
+def adamw(modules: list[nn.Module], learning_rate: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with BERT's exclusions: no weight decay on biases and LayerNorm weights."""
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    seen: set[int] = set()
+    for module in modules:
+        for name, p in module.named_parameters():
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            (no_decay if p.ndim < 2 or "LayerNorm" in name or "norm" in name else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=learning_rate, betas=(0.9, 0.999), eps=1e-6)
+
+
+def learning_rate_at(step: int, peak: float, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up to `peak`, then linear decay to 0 at `total_steps` (BERT, REALM)."""
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    remaining = max(total_steps - warmup_steps, 1)
+    return peak * max(0.0, (total_steps - step) / remaining)
+
+
+def step_seed(seed: int, step: int, stream: int = 0) -> int:
+    """A seed for one (run seed, step, stream): data order and dropout are functions of the step,
+    so a resumed run draws exactly what the uninterrupted run would have drawn."""
+    digest = hashlib.sha256(f"{seed}:{step}:{stream}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    step: int
+    state: dict[str, Any]
+
+
+def _checkpoint_dir(root: Path, step: int) -> Path:
+    return root / f"step-{step:08d}"
+
+
+def save_checkpoint(root: Path, step: int, modules: dict[str, nn.Module],
+                    optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write checkpoint `step` atomically under `root`; keep only the newest `keep`."""
+    from safetensors.torch import save_file, save_model
+
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{step:08d}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for name, module in modules.items():
+            save_model(module, str(tmp / f"{name}.safetensors"))
+        opt = optimizer.state_dict()
+        tensors: dict[str, torch.Tensor] = {}
+        for index, slots in opt["state"].items():
+            for slot, value in slots.items():
+                tensors[f"state.{index}.{slot}"] = torch.as_tensor(value).detach().contiguous()
+        save_file(tensors, str(tmp / OPTIMIZER_FILE))
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
+        record = {"step": step, "modules": sorted(modules), "param_groups": opt["param_groups"],
+                  "files": files, **state}
+        (tmp / STATE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+        final = _checkpoint_dir(root, step)
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in sorted(root.glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(root: Path) -> Checkpoint | None:
+    """The newest complete checkpoint under `root`, verified against its recorded hashes."""
+    candidates = sorted(root.glob("step-*")) if root.is_dir() else []
+    if not candidates:
+        return None
+    path = candidates[-1]
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path / STATE_FILE}: corrupt checkpoint state ({e}); "
+                            "remove the directory to resume from the one before") from None
+    for name, digest in state.get("files", {}).items():
+        if not (path / name).is_file() or sha256_file(path / name) != digest:
+            raise ArtifactError(f"{path / name}: checkpoint file missing or altered "
+                                "(sha256 differs); remove the directory to resume from the one before")
+    return Checkpoint(path, int(state["step"]), state)
+
+
+def restore_checkpoint(checkpoint: Checkpoint, modules: dict[str, nn.Module],
+                       optimizer: torch.optim.Optimizer) -> None:
+    """Load module weights and optimizer state saved by `save_checkpoint` (in place)."""
+    from safetensors.torch import load_file, load_model
+
+    for name, module in modules.items():
+        try:
+            missing, unexpected = load_model(module, str(checkpoint.path / f"{name}.safetensors"),
+                                             strict=False)
+        except (OSError, RuntimeError) as e:
+            raise ArtifactError(f"{checkpoint.path / name}.safetensors: cannot load ({e})") from None
+        if missing or unexpected:
+            raise ArtifactError(f"{checkpoint.path / name}.safetensors: does not match the model "
+                                f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    tensors = load_file(str(checkpoint.path / OPTIMIZER_FILE))
+    slots: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        _, index, slot = key.split(".", 2)
+        slots.setdefault(int(index), {})[slot] = value
+    try:
+        optimizer.load_state_dict({"state": slots, "param_groups": checkpoint.state["param_groups"]})
+    except (ValueError, KeyError) as e:
+        raise ArtifactError(f"{checkpoint.path / OPTIMIZER_FILE}: does not match the optimizer ({e})") from None

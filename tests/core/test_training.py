@@ -1,0 +1,77 @@
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from realm_core.errors import ArtifactError
+from realm_core.training import (
+    adamw,
+    latest_checkpoint,
+    learning_rate_at,
+    restore_checkpoint,
+    save_checkpoint,
+    step_seed,
+)
+
+
+def test_warmup_then_linear_decay() -> None:
+    lrs = [learning_rate_at(s, 1.0, 4, 12) for s in range(13)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert lrs[4] == 1.0 and lrs[8] == 0.5 and lrs[12] == 0.0
+    assert learning_rate_at(0, 2.0, 0, 10) == 2.0
+
+
+def test_step_seed_is_a_function_of_seed_step_and_stream() -> None:
+    assert step_seed(0, 5) == step_seed(0, 5)
+    assert len({step_seed(0, 5), step_seed(1, 5), step_seed(0, 6), step_seed(0, 5, 1)}) == 4
+
+
+def test_adamw_excludes_bias_and_layernorm_from_decay() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+    groups = adamw([model], 1e-3, 0.01).param_groups
+    assert [len(g["params"]) for g in groups] == [1, 3]
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.0]
+
+
+def _trained(steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = adamw([model], 0.1, 0.01)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.ones(3, 4)).pow(2).sum().backward()
+        opt.step()
+    return model, opt
+
+
+def test_checkpoint_round_trip_restores_weights_and_optimizer(tmp_path: Path) -> None:
+    model, opt = _trained(3)
+    save_checkpoint(tmp_path, 3, {"m": model}, opt, {"position": 7})
+    fresh, fresh_opt = _trained(0)
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.step == 3 and ckpt.state["position"] == 7
+    restore_checkpoint(ckpt, {"m": fresh}, fresh_opt)
+    assert torch.equal(fresh.weight, model.weight)
+    # one more step on each gives identical parameters: the Adam moments came back too
+    for m, o in ((model, opt), (fresh, fresh_opt)):
+        o.zero_grad()
+        m(torch.ones(3, 4)).pow(2).sum().backward()
+        o.step()
+    assert torch.equal(fresh.weight, model.weight)
+
+
+def test_only_the_newest_checkpoints_are_kept_and_no_temp_dirs_remain(tmp_path: Path) -> None:
+    model, opt = _trained(1)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, {"m": model}, opt, {}, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000002", "step-00000003"]
+    assert latest_checkpoint(tmp_path / "missing") is None
+
+
+def test_an_altered_checkpoint_is_refused(tmp_path: Path) -> None:
+    model, opt = _trained(1)
+    path = save_checkpoint(tmp_path, 1, {"m": model}, opt, {})
+    (path / "m.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ArtifactError, match=r"m.safetensors: checkpoint file missing or altered"):
+        latest_checkpoint(tmp_path)
