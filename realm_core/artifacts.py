@@ -90,6 +90,7 @@ class StageResult:
     ref: ArtifactRef
     cached: bool
     stats: dict[str, Any] = field(default_factory=dict)
+    report: str = ""  # extra markdown for the stage report (curves, tables)
 
 
 @dataclass

@@ -26,19 +26,21 @@ def run_progress() -> LogProgress:
 
 
 def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
-                   seconds: float) -> str:
+                   seconds: float, extra: str = "") -> str:
     lines = [f"## {stage}{' (cache hit)' if cached else ''}", "",
              "| field | value |", "|---|---|",
              f"| artifact | `{ref.path}` |", f"| content hash | `{ref.content_hash[:16]}` |",
              f"| seconds | {seconds:.1f} |"]
     for k, v in stats.items():
         lines.append(f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |")
+    if extra:
+        lines += ["", extra]
     return "\n".join(lines)
 
 
 def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
-                         seconds: float) -> str:
-    md = stage_markdown(stage, ref, cached, stats, seconds)
+                         seconds: float, extra: str = "") -> str:
+    md = stage_markdown(stage, ref, cached, stats, seconds, extra)
     try:
         get_run_context()
     except MissingContextError:
@@ -54,5 +56,5 @@ def run_stage(stage: str, run: Callable[[Progress], Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     result = run(run_progress())
     seconds = time.perf_counter() - t0
-    publish_stage_report(stage, result.ref, result.cached, result.stats, seconds)
+    publish_stage_report(stage, result.ref, result.cached, result.stats, seconds, result.report)
     return {"ref": result.ref, "cached": result.cached, "stats": result.stats, "seconds": seconds}

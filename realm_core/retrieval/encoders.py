@@ -2,6 +2,10 @@
 mean of its tokens) and projected to D = 128 dimensions. The query encoder and the document
 (knowledge) encoder have separate weights; both are this class.
 
+`projection_dim=0` keeps the hidden size (no head) and `normalize` L2-normalises the output:
+that is how sentence-transformers uses all-MiniLM-L6-v2 (mean pooling, normalised), the
+off-the-shelf reference of the retrieval evaluation.
+
 Saved as a Hugging Face `save_pretrained` directory (safetensors), so `transformers.AutoModel`
 loads the BERT, plus `projection.safetensors` and `realm_retriever.json` for the head.
 
@@ -26,15 +30,20 @@ Pooling = Literal["cls", "mean"]
 
 
 class RetrieverEncoder(nn.Module):
-    def __init__(self, bert: Any, projection_dim: int, pooling: Pooling) -> None:
+    def __init__(self, bert: Any, projection_dim: int, pooling: Pooling, normalize: bool = False) -> None:
         super().__init__()
         self.bert = bert
         self.pooling = pooling
-        self.projection = nn.Linear(bert.config.hidden_size, projection_dim)
+        self.normalize = normalize
+        hidden = int(bert.config.hidden_size)
+        self.projection: nn.Module = (nn.Linear(hidden, projection_dim) if projection_dim > 0
+                                      else nn.Identity())
+        self.dim = projection_dim if projection_dim > 0 else hidden
+        self.step = 0  # retriever training steps behind these weights (the index version)
 
     @property
     def projection_dim(self) -> int:
-        return int(self.projection.out_features)
+        return self.dim
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
@@ -44,35 +53,48 @@ class RetrieverEncoder(nn.Module):
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, H)
         projected: torch.Tensor = self.projection(pooled)  # (B, D)
+        if self.normalize:
+            projected = nn.functional.normalize(projected, dim=-1)
         return projected
 
     @classmethod
     def from_pretrained(cls, source: str, projection_dim: int = 128, pooling: Pooling = "cls",
-                        seed: int = 0) -> RetrieverEncoder:
+                        seed: int = 0, normalize: bool = False,
+                        dropout: float | None = None) -> RetrieverEncoder:
         """A saved retriever directory, or a plain BERT (bundled name or HF dir) with a fresh
-        head initialised as BERT initialises its layers (normal, std 0.02; seeded)."""
+        head (normal, std H^-1/2; seeded). `dropout`
+        overrides the BERT's hidden and attention dropout (None: keep its config)."""
         from safetensors.torch import load_file
         from transformers import AutoModel
 
         directory = resolve_encoder_dir(source)
-        bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False)
+        kwargs: dict[str, Any] = {} if dropout is None else {
+            "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+        bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, **kwargs)
         head = directory / HEAD_FILE
         if head.is_file():
             meta = json.loads(head.read_text())
-            model = cls(bert, int(meta["projection_dim"]), meta["pooling"])
-            try:
-                state = load_file(str(directory / PROJECTION_FILE))
-                model.projection.load_state_dict(state)
-            except (OSError, RuntimeError) as e:
-                raise ArtifactError(f"{directory / PROJECTION_FILE}: unreadable retriever head ({e})") from None
+            model = cls(bert, int(meta["projection_dim"]), meta["pooling"], bool(meta.get("normalize")))
+            model.step = int(meta.get("step", 0))
+            if isinstance(model.projection, nn.Linear):
+                try:
+                    state = load_file(str(directory / PROJECTION_FILE))
+                    model.projection.load_state_dict(state)
+                except (OSError, RuntimeError) as e:
+                    raise ArtifactError(f"{directory / PROJECTION_FILE}: unreadable retriever head ({e})") from None
             return model
         if pooling not in ("cls", "mean"):
             raise ConfigError(f"pooling {pooling!r}: expected 'cls' or 'mean'")
-        model = cls(bert, projection_dim, pooling)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            model.projection.weight.normal_(0.0, 0.02, generator=generator)
-            model.projection.bias.zero_()
+        model = cls(bert, projection_dim, pooling, normalize)
+        hidden_size = int(bert.config.hidden_size)
+        if isinstance(model.projection, nn.Linear):
+            generator = torch.Generator().manual_seed(seed)
+            # std H^-1/2 keeps the pooled vector's norm (a Johnson-Lindenstrauss projection), so
+            # in-batch softmax scores start O(1) and the head learns from step 1; BERT's 0.02
+            # gives the same ranking but near-uniform scores that take many steps to grow.
+            with torch.no_grad():
+                model.projection.weight.normal_(0.0, hidden_size ** -0.5, generator=generator)
+                model.projection.bias.zero_()
         return model
 
     def save_pretrained(self, directory: Path, tokenizer_source: str | None = None) -> None:
@@ -82,8 +104,11 @@ class RetrieverEncoder(nn.Module):
         self.bert.save_pretrained(str(directory), safe_serialization=True)
         if tokenizer_source is not None:
             load_tokenizer(tokenizer_source).save_pretrained(str(directory))
-        state = {k: v.detach().contiguous() for k, v in self.projection.state_dict().items()}
-        save_file(state, str(directory / PROJECTION_FILE))
+        linear = isinstance(self.projection, nn.Linear)
+        if linear:
+            state = {k: v.detach().contiguous() for k, v in self.projection.state_dict().items()}
+            save_file(state, str(directory / PROJECTION_FILE))
         (directory / HEAD_FILE).write_text(json.dumps(
-            {"projection_dim": self.projection_dim, "pooling": self.pooling,
-             "hidden_size": int(self.bert.config.hidden_size)}, indent=2))
+            {"projection_dim": self.dim if linear else 0, "pooling": self.pooling,
+             "normalize": self.normalize, "hidden_size": int(self.bert.config.hidden_size),
+             "step": self.step}, indent=2))

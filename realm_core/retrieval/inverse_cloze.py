@@ -1,0 +1,180 @@
+"""Inverse Cloze Task (ORQA, Lee et al. 2019; REALM §3.4 warm start of the retriever).
+
+A pseudo-query is one sentence of a block; its positive context is the block without that
+sentence (kept in 10% of examples, so the retriever also learns word overlap), `[CLS] title
+[SEP] context [SEP]`. The other contexts of the batch are the negatives: scores = Q · Dᵀ and a
+cross-entropy towards the diagonal. The query encoder and the document encoder have separate
+weights, both starting from the same BERT.
+
+Data order is a function of (seed, step), so a run resumed from a checkpoint draws the same
+batches as one that never stopped.
+
+Shapes: B batch, T tokens, D embedding dim.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from realm_core.config import ICTConfig
+from realm_core.errors import InputError
+from realm_core.progress import NoProgress, Progress
+
+
+@dataclass
+class ClozeCorpus:
+    """Blocks with at least two usable sentences, and their sentence char ranges."""
+
+    titles: pa.Array
+    texts: pa.Array
+    sentence_offsets: np.ndarray  # (S+1,) sentences of block b: rows offsets[b]..offsets[b+1]
+    starts: np.ndarray            # (S,) char start of each sentence in its block text
+    ends: np.ndarray              # (S,)
+    block_ids: np.ndarray         # (n_blocks,) original block ids
+
+    def __len__(self) -> int:
+        return len(self.block_ids)
+
+
+def cloze_corpus(blocks: pa.Table, sentences: pa.Table, min_sentence_chars: int,
+                 source: str = "blocks") -> ClozeCorpus:
+    """Join blocks with their sentences; keep blocks where a query sentence leaves context behind."""
+    sentences = sentences.sort_by([("block_id", "ascending"), ("sentence", "ascending")])
+    s_block = sentences.column("block_id").to_numpy()
+    s_start = sentences.column("char_start").to_numpy()
+    s_end = sentences.column("char_end").to_numpy()
+    keep_sentence = (s_end - s_start) >= min_sentence_chars
+    block_ids = blocks.column("block_id").to_numpy()
+    first = np.searchsorted(s_block, block_ids, side="left")
+    last = np.searchsorted(s_block, block_ids, side="right")
+    n_sentences = last - first
+    kept_before = np.concatenate([[0], np.cumsum(keep_sentence)])  # (S+1,)
+    usable = kept_before[last] - kept_before[first]
+    chosen = np.flatnonzero((n_sentences >= 2) & (usable >= 1))
+    if len(chosen) == 0:
+        raise InputError(source, "blocks with at least two sentences for the inverse cloze task",
+                         found=f"{len(block_ids)} blocks, none usable")
+    rows: list[np.ndarray] = []
+    offsets = [0]
+    for b in chosen:
+        idx = np.arange(first[b], last[b])
+        idx = idx[keep_sentence[idx]]
+        rows.append(idx)
+        offsets.append(offsets[-1] + len(idx))
+    flat = np.concatenate(rows)
+    taken = blocks.take(pa.array(chosen))
+    return ClozeCorpus(taken.column("title").combine_chunks(), taken.column("text").combine_chunks(),
+                       np.asarray(offsets, dtype=np.int64), s_start[flat], s_end[flat], block_ids[chosen])
+
+
+def inverse_cloze_batch(corpus: ClozeCorpus, batch_size: int, keep_sentence_prob: float,
+                        rng: np.random.Generator) -> tuple[list[str], list[str], list[str]]:
+    """(queries, titles, contexts) for distinct blocks: no block is its own in-batch negative."""
+    picks = rng.choice(len(corpus), size=min(batch_size, len(corpus)), replace=False)
+    queries, titles, contexts = [], [], []
+    for b in picks:
+        lo, hi = corpus.sentence_offsets[b], corpus.sentence_offsets[b + 1]
+        s = int(rng.integers(lo, hi))
+        text = corpus.texts[int(b)].as_py()
+        a, z = int(corpus.starts[s]), int(corpus.ends[s])
+        queries.append(text[a:z].strip())
+        keep = rng.random() < keep_sentence_prob
+        contexts.append(text if keep else (text[:a].rstrip() + " " + text[z:].lstrip()).strip())
+        titles.append(corpus.titles[int(b)].as_py())
+    return queries, titles, contexts
+
+
+def inverse_cloze_loss(query_encoder: Any, doc_encoder: Any, queries: dict[str, Any],
+                       blocks: dict[str, Any]) -> tuple[Any, Any]:
+    """In-batch softmax cross-entropy (ORQA eq. 3); returns (loss, top-1 accuracy)."""
+    import torch
+
+    q = query_encoder(queries["input_ids"], queries["attention_mask"])  # (B, D)
+    d = doc_encoder(blocks["input_ids"], blocks["attention_mask"])       # (B, D)
+    scores = q @ d.T                                                     # (B, B)
+    target = torch.arange(len(q))
+    loss = torch.nn.functional.cross_entropy(scores, target)
+    accuracy = (scores.argmax(-1) == target).float().mean()
+    return loss, accuracy
+
+
+@dataclass
+class LossPoint:
+    step: int
+    loss: float
+    accuracy: float
+    learning_rate: float
+    seconds: float
+
+
+def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: Any, tokenizer: Any,
+                        config: ICTConfig, checkpoint_root: Path, progress: Progress | None = None,
+                        on_log: Callable[[LossPoint], None] | None = None) -> list[LossPoint]:
+    """Train both encoders in place for `config.steps` steps, resuming from the newest checkpoint
+    under `checkpoint_root`. Returns the loss curve of the whole run (resumed part included)."""
+    import torch
+
+    from realm_core.training import (
+        adamw,
+        latest_checkpoint,
+        learning_rate_at,
+        restore_checkpoint,
+        save_checkpoint,
+        step_seed,
+    )
+
+    progress = progress or NoProgress()
+    modules = {"query_encoder": query_encoder, "doc_encoder": doc_encoder}
+    optimizer = adamw([query_encoder, doc_encoder], config.learning_rate, config.weight_decay)
+    curve: list[LossPoint] = []
+    start = 0
+    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
+        restore_checkpoint(ckpt, modules, optimizer)
+        start = ckpt.step
+        curve = [LossPoint(**p) for p in ckpt.state["curve"]]
+    progress.start("inverse cloze task", config.steps, "steps")
+    progress.advance(start)
+    query_encoder.train()
+    doc_encoder.train()
+    began = time.perf_counter()
+    for step in range(start, config.steps):
+        # data: a batch that depends only on (seed, step)
+        rng = np.random.default_rng(step_seed(config.seed, step))
+        queries, titles, contexts = inverse_cloze_batch(corpus, config.batch_size,
+                                                        config.keep_sentence_prob, rng)
+        q = tokenizer(queries, truncation=True, max_length=config.query_length,
+                      padding=True, return_tensors="pt")
+        d = tokenizer(titles, contexts, truncation="only_second", max_length=config.block_length,
+                      padding=True, return_tensors="pt")
+        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # forward, backward, clip, step
+        torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
+        loss, accuracy = inverse_cloze_loss(query_encoder, doc_encoder, q, d)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                       config.max_grad_norm)
+        optimizer.step()
+        done = step + 1
+        # log
+        point = LossPoint(done, loss.item(), accuracy.item(), lr, time.perf_counter() - began)
+        curve.append(point)
+        progress.advance(1)
+        if on_log is not None and (done % config.log_every == 0 or done == config.steps):
+            on_log(point)
+        # checkpoint
+        if done % config.checkpoint_every == 0 or done == config.steps:
+            save_checkpoint(checkpoint_root, done, modules, optimizer,
+                            {"curve": [p.__dict__ for p in curve], "seed": config.seed})
+    progress.finish()
+    query_encoder.step = doc_encoder.step = config.steps
+    return curve

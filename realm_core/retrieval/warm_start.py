@@ -1,0 +1,121 @@
+"""The warm-start stage (REALM §3.4): train the retriever's two encoders before REALM
+pretraining, so that retrieval starts better than random and the reader learns to use it.
+
+Output: a `retriever` artifact holding `query_encoder/` and `doc_encoder/` (HF save_pretrained
+directories with safetensors, plus the projection head), the loss curve as a table and a PNG.
+While it trains, checkpoints go to `<root>/checkpoints/warm-start-<key>/`; rerunning the same
+command after a crash resumes from the newest one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from realm_core.artifacts import (
+    ArtifactRef,
+    ArtifactStore,
+    StageResult,
+    artifact_key,
+    code_version,
+)
+from realm_core.config import ICTConfig
+from realm_core.curves import curve_markdown, plot_curves
+from realm_core.encoders import load_tokenizer
+from realm_core.errors import ConfigError
+from realm_core.progress import NoProgress, Progress
+from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.stage import encoder_hash
+
+KIND = "retriever"
+ICT_CODE = ("realm_core.retrieval.warm_start", "realm_core.retrieval.inverse_cloze",
+            "realm_core.retrieval.encoders", "realm_core.training")
+CURVE_COLUMNS = ("step", "loss", "accuracy", "learning_rate")
+
+
+def query_encoder_dir(ref: ArtifactRef) -> str:
+    return f"{ref.path}/query_encoder"
+
+
+def doc_encoder_dir(ref: ArtifactRef) -> str:
+    return f"{ref.path}/doc_encoder"
+
+
+def checkpoint_root(store: ArtifactStore, key: str) -> Path:
+    if not store.local:
+        raise ConfigError(f"{store.url}: training checkpoints need a local artifact root")
+    return Path(store.root) / "checkpoints" / f"warm-start-{key}"
+
+
+def _report(rows: list[dict[str, Any]]) -> str:
+    return "### ICT loss curve\n\n" + curve_markdown(rows, CURVE_COLUMNS)
+
+
+def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,
+                       config: ICTConfig, progress: Progress | None = None,
+                       force: bool = False) -> StageResult:
+    """Inverse Cloze Task over the blocks and their sentences (from the salient-span stage)."""
+    from realm_core.retrieval.inverse_cloze import cloze_corpus, train_inverse_cloze
+
+    inputs = {"blocks": blocks_ref.content_hash, "sentences": spans_ref.content_hash,
+              "encoder": encoder_hash(config.encoder),
+              "code": code_version(ICT_CODE, ("torch", "transformers"))}
+    key = artifact_key(config.config_hash(), inputs)
+    if not force and (hit := store.lookup(KIND, key)) is not None:
+        rows = hit.read_table("ict_curve").to_pylist()
+        return StageResult(hit.ref, True, hit.manifest["stats"], _report(rows))
+    blocks = store.open(blocks_ref, kind="blocks")
+    spans = store.open(spans_ref, kind="salient_spans")
+    if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
+        raise ConfigError(f"{spans.path}: sentences were mined from other blocks than {blocks_ref.path}")
+    corpus = cloze_corpus(blocks.read_table("blocks", ["block_id", "title", "text"]),
+                          spans.read_table("sentences"), config.min_sentence_chars, blocks.path)
+    tokenizer = load_tokenizer(config.encoder)
+    query_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim,
+                                                     config.pooling, config.seed, dropout=config.dropout)
+    # the same seed: both start as the untrained-projection retriever, the evaluation's baseline
+    doc_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim,
+                                                   config.pooling, config.seed, dropout=config.dropout)
+    ckpt_root = checkpoint_root(store, key)
+    t0 = time.perf_counter()
+    curve = train_inverse_cloze(corpus, query_encoder, doc_encoder, tokenizer, config, ckpt_root,
+                                progress or NoProgress())
+    rows = [p.__dict__ for p in curve]
+    tail = rows[-min(10, len(rows)):]
+    stats = {"steps": config.steps, "usable_blocks": len(corpus), "batch_size": config.batch_size,
+             "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
+             "final_in_batch_accuracy": round(sum(r["accuracy"] for r in tail) / len(tail), 4),
+             "first_loss": round(rows[0]["loss"], 4), "train_seconds": round(time.perf_counter() - t0, 1)}
+    with store.write(KIND, key, config=config.model_dump(mode="json"),
+                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+        for name, encoder in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
+            encoder.eval()
+            encoder.save_pretrained(out.tmp / name, tokenizer_source=config.encoder)
+        out.table("ict_curve").write(rows)
+        plot_curves(rows, "step", ["loss", "accuracy"], out.file("ict_curve.png"),
+                    f"ICT warm start ({config.batch_size} per batch)")
+        out.extra_manifest.update({"stats": stats, "method": "ict", "step": config.steps})
+    shutil.rmtree(ckpt_root, ignore_errors=True)
+    hit = store.lookup(KIND, key)
+    assert hit is not None
+    return StageResult(hit.ref, False, stats, _report(rows))
+
+
+def latest_retriever(store: ArtifactStore) -> ArtifactRef | None:
+    """The encoders at the highest retriever step (newest on a tie), or None: warm-start
+    `retriever` artifacts and REALM models whose retriever was trained (not the null-only or
+    frozen-retriever ablations). The nightly re-index embeds with its document encoder."""
+    best: tuple[int, str, ArtifactRef] | None = None
+    manifests = [*store.fs.glob(f"{store.root}/{KIND}/*/manifest.json"),
+                 *store.fs.glob(f"{store.root}/realm_model/*/manifest.json")]
+    for manifest in manifests:
+        art = store.open(manifest.rsplit("/", 1)[0])
+        cfg = art.manifest.get("config", {})
+        if art.kind == "realm_model" and (cfg.get("retrieval") != "realm" or cfg.get("freeze_retriever")):
+            continue
+        rank = (int(art.manifest.get("step", 0)), str(art.manifest.get("created_at", "")), art.ref)
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    return best[2] if best else None

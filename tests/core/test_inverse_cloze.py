@@ -1,0 +1,96 @@
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from realm_core.config import BUNDLED_ENCODER, ICTConfig
+from realm_core.encoders import load_tokenizer
+from realm_core.errors import InputError
+from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.inverse_cloze import (
+    LossPoint,
+    cloze_corpus,
+    inverse_cloze_batch,
+    train_inverse_cloze,
+)
+
+TEXTS = ["Ada wrote the first program. She worked with Babbage. Short.",
+         "Only one sentence lives in this block here.",
+         "Paris is the capital of France. The Seine flows through Paris in the north."]
+
+
+def _tables(texts: list[str]) -> tuple[pa.Table, pa.Table]:
+    blocks = pa.table({"block_id": list(range(len(texts))), "title": [f"T{i}" for i in range(len(texts))],
+                       "text": texts})
+    rows = []
+    for b, text in enumerate(texts):
+        start = 0
+        for s, part in enumerate(text.split(". ")):
+            end = start + len(part) + (1 if not part.endswith(".") else 0)
+            rows.append({"block_id": b, "sentence": s, "char_start": start, "char_end": end})
+            start = end + 1
+    return blocks, pa.Table.from_pylist(rows)
+
+
+def test_corpus_keeps_blocks_with_context_left_and_long_enough_queries() -> None:
+    blocks, sentences = _tables(TEXTS)
+    corpus = cloze_corpus(blocks, sentences, min_sentence_chars=10)
+    assert corpus.block_ids.tolist() == [0, 2]  # block 1 has a single sentence
+    # "Short." is too short to be a query, but still part of block 0's context
+    queries = [TEXTS[0][a:z] for a, z in zip(corpus.starts[:2], corpus.ends[:2], strict=True)]
+    assert queries == ["Ada wrote the first program.", "She worked with Babbage."]
+    assert corpus.sentence_offsets.tolist() == [0, 2, 4]
+
+
+def test_batch_removes_the_query_from_its_context_unless_kept() -> None:
+    corpus = cloze_corpus(*_tables(TEXTS), min_sentence_chars=10)
+    queries, titles, contexts = inverse_cloze_batch(corpus, 2, 0.0, np.random.default_rng(0))
+    assert sorted(titles) == ["T0", "T2"]  # distinct blocks: no block is its own negative
+    for q, c in zip(queries, contexts, strict=True):
+        assert q not in c and len(c) > 0
+    _, _, kept = inverse_cloze_batch(corpus, 2, 1.0, np.random.default_rng(0))
+    assert sorted(kept) == sorted([TEXTS[0], TEXTS[2]])
+
+
+def test_no_usable_block_is_a_clear_error() -> None:
+    with pytest.raises(InputError, match="at least two sentences"):
+        cloze_corpus(*_tables([TEXTS[1]]), min_sentence_chars=10)
+
+
+class Killed(Exception):
+    pass
+
+
+def _train(tmp_path: Path, steps: int, kill_at: int | None = None) -> tuple[RetrieverEncoder, RetrieverEncoder, list]:  # type: ignore[type-arg]
+    texts = [f"{name} was born in {city}. {name} later moved to {other} for work. {name} died there."
+             for name, city, other in [("Ada", "London", "Paris"), ("Alan", "Maida Vale", "Manchester"),
+                                       ("Grace", "New York", "Arlington"), ("Kurt", "Brno", "Vienna")]]
+    corpus = cloze_corpus(*_tables(texts), min_sentence_chars=10)
+    cfg = ICTConfig(batch_size=3, steps=steps, query_length=16, block_length=32, dropout=0.1,
+                    learning_rate=1e-3, checkpoint_every=2, projection_dim=8, log_every=1)
+    q = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 8, "cls", 0, dropout=0.1)
+    d = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 8, "cls", 0, dropout=0.1)
+
+    def kill(point: LossPoint) -> None:
+        if point.step == kill_at:
+            raise Killed  # dies after the step-2 checkpoint, before step 3's is written
+
+    curve = train_inverse_cloze(corpus, q, d, load_tokenizer(BUNDLED_ENCODER), cfg, tmp_path / "ckpt",
+                                on_log=kill)
+    return q, d, curve
+
+
+def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    q_full, d_full, curve_full = _train(tmp_path / "full", 4)
+    # "killed" after step 2 (its checkpoint is on disk), then the same command again
+    with pytest.raises(Killed):
+        _train(tmp_path / "resumed", 4, kill_at=3)
+    q_res, d_res, curve_res = _train(tmp_path / "resumed", 4)
+    assert [p.step for p in curve_res] == [1, 2, 3, 4]
+    assert [p.loss for p in curve_res] == pytest.approx([p.loss for p in curve_full], abs=1e-6)
+    for a, b in ((q_full, q_res), (d_full, d_res)):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+            torch.testing.assert_close(x, y, atol=1e-6, rtol=0, msg=name)
+    assert q_full.step == 4 and not torch.equal(q_full.projection.weight, d_full.projection.weight)
