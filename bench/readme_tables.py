@@ -73,8 +73,31 @@ def embed_table(result: dict) -> str:
         f"**{result['ratio']:.2f}** |"])
 
 
+def retrieval_table(result: dict) -> str:
+    res = result["results"]
+    datasets = list(res)
+    metrics = res[datasets[0]]["metrics"]
+    head = " | ".join(f"{d} {m}" for d in datasets for m in metrics)
+    lines = [f"| retriever | {head} |", "|---|" + "---:|" * (len(datasets) * len(metrics))]
+    for s in result["systems"]:
+        name = s["name"] + (f" ({s['note']})" if s["note"] else "")
+        cells = " | ".join(f"{res[d]['systems'][s['name']][m]:.3f}" for d in datasets for m in metrics)
+        lines.append(f"| {name} | {cells} |")
+    ict, ann = result["ict"], result["ann"]
+    sizes = "; ".join(f"{d}: {res[d]['questions']:,} questions over {res[d]['blocks']:,} blocks"
+                      for d in datasets)
+    lines += ["", f"{sizes}. ICT: {ict['steps']} steps of {ict['batch_size']} on {ict['usable_blocks']:,} "
+              f"blocks, in-batch loss {ict['first_loss']} -> {ict['final_loss']}, accuracy "
+              f"{ict['final_in_batch_accuracy']}, {ict['train_seconds']:.0f} s.",
+              "", f"Approximate search on the {ann['blocks']:,} real ICT block embeddings "
+              f"({ann['queries']:,} block queries, recall@10 against exact search): "
+              + ", ".join(f"`{a['factory']}` {a['recall_at_10']:.3f}" for a in ann["indexes"]) + "."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
-                                            "mips": mips_table, "embed": embed_table}
+                                            "mips": mips_table, "embed": embed_table,
+                                            "retrieval": retrieval_table}
 
 
 def main() -> None:

@@ -103,8 +103,10 @@ class EmbedConfig(StageConfig):
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
-    projection_dim: int = Field(128, ge=1, description="used when the encoder has no saved head")
+    projection_dim: int = Field(128, ge=0, description="used when the encoder has no saved head; "
+                                "0: no head, the pooled hidden state itself")
     pooling: Literal["cls", "mean"] = "cls"
+    normalize: bool = Field(False, description="L2-normalise (only for an encoder without saved head)")
     seed: int = Field(0, description="seed of a fresh projection head")
     max_length: int = Field(288, ge=8, description="block tokens, specials included")
     batch_size: int = Field(32, ge=1)
@@ -121,31 +123,82 @@ class IndexConfig(StageConfig):
     train_sample: int = Field(200_000, ge=1, description="vectors an IVF index is trained on")
 
 
+class RetrievalEvalConfig(StageConfig):
+    """Retrieval evaluation (recall@k with DPR's has_answer rule, MRR) on two question sets."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+
+    squad_path: str = Field("data:squad/squad-v1.1-dev.articles-00-39.json",
+                            description="SQuAD JSON; its articles are also in the corpus")
+    squad_articles: tuple[int, int] = Field((30, 39), description="first and last article (inclusive)")
+    squad_source: str = Field("squad", description="corpus source name of the SQuAD documents")
+    dpr_path: str | None = Field("data:dpr/haystack-dpr-nq-dev-sample.json",
+                                 description="DPR retriever JSON; None skips it")
+    dpr_source: str = Field("dpr", description="its passages: blocks of this corpus source")
+    ks: tuple[int, ...] = (1, 5, 20)
+    depth: int = Field(100, ge=1, description="ranked blocks kept per question; MRR@depth")
+    query_length: int = Field(64, ge=8)
+    batch_size: int = Field(64, ge=1)
+
+
 class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
-    encoder: str = BUNDLED_ENCODER
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+
+    encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
     projection_dim: int = Field(128, ge=1)
-    batch_size: int = Field(4096, ge=2)
+    pooling: Literal["cls", "mean"] = "cls"
+    batch_size: int = Field(4096, ge=2, description="examples per step; the others are in-batch negatives")
     learning_rate: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1, description="BERT hidden+attention dropout while training")
     steps: int = Field(100_000, ge=1)
     keep_sentence_prob: float = Field(0.1, ge=0, le=1, description="ORQA: keep the query in 10%")
+    min_sentence_chars: int = Field(20, ge=1, description="shorter sentences are not used as queries")
     query_length: int = Field(64, ge=8)
     block_length: int = Field(288, ge=16)
+    checkpoint_every: int = Field(50, ge=1, description="steps between resumable checkpoints")
+    log_every: int = Field(10, ge=1)
     seed: int = 0
 
 
 class PretrainConfig(StageConfig):
-    """REALM pretraining (Guu et al. 2020 §3-§4)."""
+    """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
 
-    top_k: int = Field(8, ge=1, description="retrieved blocks per example, the null block included")
-    query_length: int = Field(96, ge=8)
-    reader_length: int = Field(384, ge=16)
-    batch_size: int = Field(512, ge=1)
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+
+    warm_start: Literal["ict", "retromae", "none"] = Field(
+        "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
+    reader_encoder: str = Field(BUNDLED_ENCODER, description="BERT the knowledge-augmented encoder starts from")
+    retrieval: Literal["realm", "null_only"] = Field(
+        "realm", description="null_only: the null block alone, i.e. BERT-style MLM (Table 2 baseline)")
+    freeze_retriever: bool = Field(False, description="Table 2 ablation: no gradient into either encoder")
+    relevance: Literal["recompute", "index"] = Field(
+        "recompute", description="recompute: retrieved blocks re-embedded by the current document "
+        "encoder (gradients reach it); index: their stale index vectors (only the query encoder "
+        "and the null block's embedding learn; a step costs far less)")
+    top_k: int = Field(8, ge=1, description="blocks per example, the null block included")
+    reader_length: int = Field(384, ge=16, description="[CLS] x [SEP] title [SEP] body [SEP]")
+    doc_length: int = Field(288, ge=8, description="block tokens when relevance is recomputed")
+    batch_size: int = Field(512, ge=1, description="examples per optimizer step")
+    grad_accumulation: int = Field(1, ge=1, description="micro-batches per step (batch_size each / this)")
     learning_rate: float = Field(3e-5, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1)
     steps: int = Field(200_000, ge=1)
     warmup_steps: int = Field(10_000, ge=0)
-    refresh_every: int = Field(500, ge=1, description="steps between index refreshes")
+    refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")
+    sync_refresh: bool = Field(False, description="wait for each refresh (deterministic; tests)")
+    exclusion_margin: int = Field(16, ge=0, description="extra index hits fetched to replace trivial ones")
+    heldout_every: int = Field(50, ge=2, description="articles with hash % N == 0 are held out for eval")
+    eval_every: int = Field(1000, ge=1)
+    eval_examples: int = Field(256, ge=1)
+    checkpoint_every: int = Field(1000, ge=1)
+    log_every: int = Field(10, ge=1)
     seed: int = 0
 
 
@@ -159,6 +212,7 @@ class PipelineConfig(StageConfig):
     masking: MaskingConfig = MaskingConfig()
     embed: EmbedConfig = EmbedConfig()
     index: IndexConfig = IndexConfig()
+    retrieval_eval: RetrievalEvalConfig = RetrievalEvalConfig()
     ict: ICTConfig = ICTConfig()
     pretrain: PretrainConfig = PretrainConfig()
 
@@ -193,17 +247,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "spans": {"n_process": 1},
         "masking": {"query_length": 32},
         "embed": {"max_length": 128, "batch_size": 16},
-        "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128},
-        "pretrain": {"top_k": 3, "query_length": 32, "reader_length": 128, "batch_size": 2,
-                     "steps": 4, "warmup_steps": 1, "refresh_every": 2},
+        "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128,
+                "dropout": 0.0, "checkpoint_every": 2, "log_every": 1},
+        "pretrain": {"top_k": 3, "reader_length": 96, "doc_length": 128, "batch_size": 2,
+                     "steps": 4, "warmup_steps": 1, "refresh_every": 2, "sync_refresh": True,
+                     "dropout": 0.0, "eval_every": 2, "eval_examples": 8, "checkpoint_every": 2,
+                     "log_every": 1},
     },
     "demo": {
         "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
         "chunk": {"max_wordpieces": 288},
         "masking": {"query_length": 64},
-        "ict": {"batch_size": 32, "steps": 150, "query_length": 64, "block_length": 192},
-        "pretrain": {"top_k": 4, "query_length": 64, "reader_length": 256, "batch_size": 8,
-                     "learning_rate": 5e-5, "steps": 200, "warmup_steps": 20, "refresh_every": 100},
+        # 1.9 s/step on 2 cores at 32 x (48 + 128) tokens without dropout (dropout doubles it)
+        "ict": {"batch_size": 32, "steps": 150, "query_length": 48, "block_length": 128,
+                "learning_rate": 1e-4, "warmup_steps": 15, "dropout": 0.0},
+        "pretrain": {"top_k": 4, "reader_length": 192, "doc_length": 192, "batch_size": 8,
+                     "learning_rate": 1e-4, "steps": 200, "warmup_steps": 20, "refresh_every": 100,
+                     "dropout": 0.0, "eval_every": 50, "eval_examples": 128, "checkpoint_every": 25},
     },
     "paper": {
         "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",

@@ -58,4 +58,46 @@ SALIENT_SPANS = TableSchema("salient_spans", 1, pa.schema([
     ("sources", pa.string()),      # every source that found an overlapping span, e.g. "date,ner"
 ]))
 
-SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS)}
+ICT_CURVE = TableSchema("ict_curve", 1, pa.schema([
+    ("step", pa.int64()),
+    ("loss", pa.float64()),        # in-batch cross-entropy
+    ("accuracy", pa.float64()),    # in-batch top-1: the query's own block ranked first
+    ("learning_rate", pa.float64()),
+    ("seconds", pa.float64()),     # since the (resumed) run began
+]))
+
+RETRIEVAL_RESULTS = TableSchema("retrieval_results", 1, pa.schema([
+    ("dataset", pa.string()),
+    ("system", pa.string()),
+    ("qid", pa.string()),
+    ("question", pa.string()),
+    ("first_hit", pa.int32()),     # 1-based rank of the first block holding an answer; 0: none
+    ("top_block_ids", pa.list_(pa.int64())),
+]))
+
+PRETRAIN_METRICS = TableSchema("pretrain_metrics", 1, pa.schema([
+    ("step", pa.int64()),
+    ("loss", pa.float64()),              # -log p(y|x), mean over the batch
+    ("span_accuracy", pa.float64()),     # masked spans predicted exactly (marginal argmax)
+    ("log_likelihood", pa.float64()),
+    ("p_null", pa.float64()),            # mean p(z = null | x)
+    ("retrieval_utility", pa.float64()), # REALM §4.5: log p(y|x,z_best) - log p(y|x,null)
+    ("learning_rate", pa.float64()),
+    ("index_step", pa.int64()),          # retriever step of the index in use
+    ("staleness", pa.int64()),           # retriever steps since that index was built
+    ("steps_per_s", pa.float64()),
+    ("blocked_s", pa.float64()),         # cumulative seconds the loop waited on the index
+]))
+
+PRETRAIN_EVAL = TableSchema("pretrain_eval", 1, pa.schema([
+    ("step", pa.int64()),
+    ("span_accuracy", pa.float64()),
+    ("log_likelihood", pa.float64()),
+    ("p_null", pa.float64()),
+    ("retrieval_utility", pa.float64()),
+    ("examples", pa.int64()),
+]))
+
+SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
+                                                       ICT_CURVE, RETRIEVAL_RESULTS, PRETRAIN_METRICS,
+                                                       PRETRAIN_EVAL)}

@@ -26,21 +26,17 @@ def length_batches(lengths: list[int], batch_size: int) -> Iterator[list[int]]:
         yield order[start:start + batch_size]
 
 
-def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[str],
-                max_length: int, batch_size: int, progress: Progress | None = None) -> np.ndarray:
-    """(N, D) float32 embeddings of `[CLS] title [SEP] body [SEP]`, in input order."""
+def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size: int,
+                    progress: Progress | None = None) -> np.ndarray:
+    """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order."""
     import torch
 
-    enc = tokenizer(titles, bodies, truncation="only_second", max_length=max_length,
-                    add_special_tokens=True, return_attention_mask=False)
-    ids: list[list[int]] = enc["input_ids"]
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
-    pad = tokenizer.pad_token_id
     encoder.eval()
     with torch.inference_mode():
         for batch in length_batches([len(x) for x in ids], batch_size):
             width = max(len(ids[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (B, T)
             mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T)
             for row, i in enumerate(batch):
                 input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
@@ -49,6 +45,21 @@ def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[st
             if progress is not None:
                 progress.advance(len(batch))
     return out
+
+
+def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[str],
+                max_length: int, batch_size: int, progress: Progress | None = None) -> np.ndarray:
+    """(N, D) float32 embeddings of `[CLS] title [SEP] body [SEP]`, in input order."""
+    enc = tokenizer(titles, bodies, truncation="only_second", max_length=max_length,
+                    add_special_tokens=True, return_attention_mask=False)
+    return embed_token_ids(encoder, enc["input_ids"], tokenizer.pad_token_id, batch_size, progress)
+
+
+def embed_queries(encoder: Any, tokenizer: Any, queries: list[str], max_length: int,
+                  batch_size: int) -> np.ndarray:
+    """(Q, D) float32 embeddings of `[CLS] query [SEP]`, in input order."""
+    enc = tokenizer(queries, truncation=True, max_length=max_length, return_attention_mask=False)
+    return embed_token_ids(encoder, enc["input_ids"], tokenizer.pad_token_id, batch_size)
 
 
 def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, max_length: int,

@@ -84,6 +84,22 @@ class MipsIndex:
         ids = np.where(rows >= 0, self.block_ids[np.clip(rows, 0, None)], -1)
         return scores, ids
 
+    def reconstruct(self, block_ids: np.ndarray) -> np.ndarray:
+        """(n, D) stored vectors of the given block ids (-1: a zero vector)."""
+        import faiss
+
+        if not hasattr(self, "_row_of"):
+            self._row_of = {int(b): r for r, b in enumerate(self.block_ids)}
+            ivf = faiss.try_extract_index_ivf(self.index)
+            if ivf is not None:
+                ivf.make_direct_map()
+        flat = np.asarray(block_ids, dtype=np.int64).ravel()
+        out = np.zeros((len(flat), self.dim), dtype=np.float32)
+        for i, b in enumerate(flat):
+            if b >= 0:
+                out[i] = self.index.reconstruct(self._row_of[int(b)])
+        return out.reshape(*np.shape(block_ids), self.dim)
+
     def save(self, directory: Path) -> None:
         import faiss
 

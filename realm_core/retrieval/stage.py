@@ -63,7 +63,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
         raise ConfigError(f"{blocks.path}: blocks were cut with a {block_vocab}-word vocabulary, "
                           f"encoder {config.doc_encoder!r} has {tokenizer.vocab_size}")
     encoder = RetrieverEncoder.from_pretrained(config.doc_encoder, config.projection_dim,
-                                               config.pooling, config.seed)
+                                               config.pooling, config.seed, config.normalize)
     with store.write("embeddings", key, config=config.model_dump(mode="json"),
                      config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
         summary = embed_blocks(blocks, encoder, tokenizer, out.tmp / "embeddings",
@@ -80,18 +80,22 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
 
 
 def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_ref: ArtifactRef,
-                    config: IndexConfig) -> StageResult:
-    """Build index version v<retriever step> from the embeddings and make it current."""
+                    config: IndexConfig, index_store: ArtifactStore | None = None) -> StageResult:
+    """Build index version v<retriever step> from the embeddings and make it current.
+
+    Versions and the CURRENT pointer live in `index_store` (default: `store`); a pretraining run
+    keeps its own there, so two runs never claim the same version number."""
+    index_store = index_store or store
     emb = store.open(embeddings_ref, kind="embeddings")
     if emb.manifest["inputs"]["blocks"] != blocks_ref.content_hash:
         raise RealmError(f"{emb.path}: embeddings were made from other blocks than {blocks_ref.path}")
     step = int(emb.manifest["stats"]["retriever_step"])
-    existing = store.lookup(KIND, version_name(step))
+    existing = index_store.lookup(KIND, version_name(step))
     if existing is not None:
         if existing.manifest["inputs"]["embeddings"] != embeddings_ref.content_hash:
             raise RealmError(f"{existing.path}: index version {step} exists, built from other "
                              "embeddings; train the retriever further or remove that version")
-        set_current(store, step)
+        set_current(index_store, step)
         return StageResult(existing.ref, True, {"step": step, "blocks": existing.manifest["n_blocks"]})
     blocks = store.open(blocks_ref, kind="blocks")
     vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"],
@@ -103,9 +107,9 @@ def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_re
     index = MipsIndex.build(vectors.shape[1], config.factory, train_vectors=train,
                             hnsw_ef_search=config.hnsw_ef_search, ivf_nprobe=config.ivf_nprobe)
     index.add(vectors, np.arange(len(vectors), dtype=np.int64))
-    ref = publish_index(store, step, index, encoder_checkpoint=emb.manifest["encoder"]["spec"],
+    ref = publish_index(index_store, step, index, encoder_checkpoint=emb.manifest["encoder"]["spec"],
                         embeddings_hash=embeddings_ref.content_hash,
                         blocks_hash=blocks_ref.content_hash)
-    moved = set_current(store, step)
+    moved = set_current(index_store, step)
     return StageResult(ref, False, {"step": step, "blocks": len(index), "factory": config.factory,
                                     "current": moved})

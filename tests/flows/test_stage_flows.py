@@ -72,3 +72,23 @@ def test_refresh_index_flow_builds_and_switches(shared_data: Path, tmp_path: Pat
     assert current_step(ArtifactStore(root)) == 0
     again = refresh_index(preset="tiny", root=root)
     assert again["embed"]["cached"] is True and again["index"]["cached"] is True
+
+
+def test_warm_start_flow_then_nightly_refresh_uses_the_newest_retriever(shared_data: Path,
+                                                                        tmp_path: Path) -> None:
+    from flows.refresh_index import refresh_index
+    from flows.warm_start import warm_start_ict
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.retrieval.versions import current_step, load_index
+
+    root = str(tmp_path / "art")
+    first = warm_start_ict(preset="tiny", root=root)
+    assert first["cached"] is False and first["stats"]["steps"] == 4
+    assert warm_start_ict(preset="tiny", root=root)["cached"] is True
+    store = ArtifactStore(root)
+    assert store.open(first["ref"]).rows("ict_curve") == 4
+    assert not (Path(root) / "checkpoints" / f"warm-start-{Path(first['ref'].path).name}").exists()
+    # no explicit encoder: the nightly deployment embeds with the newest retriever (ICT step 4)
+    refreshed = refresh_index(preset="tiny", root=root)
+    assert refreshed["index"]["stats"]["step"] == 4 and current_step(store) == 4
+    assert load_index(store)[1].manifest["encoder_checkpoint"].endswith("/doc_encoder")

@@ -1,0 +1,49 @@
+"""Answer matching for open-domain QA.
+
+- `has_answer` (DPR's rule, used for retrieval recall): a block counts if the token sequence of a
+  gold answer occurs in it, both tokenised the same way: Unicode NFD, lowercase, runs of word
+  characters (combining accents included) or single other non-space characters (DPR's
+  SimpleTokenizer; `\\w` plus U+0300-036F stands in for its `\\p{L}\\p{N}\\p{M}` classes).
+- `normalize_answer` (SQuAD's exact-match normalisation: lowercase, drop punctuation, the articles
+  a/an/the and extra whitespace), used by exact match.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections.abc import Iterable
+
+_TOKEN = re.compile(r"[\w\u0300-\u036f]+|[^\w\s\u0300-\u036f]", re.UNICODE)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set(string.punctuation)
+
+
+def answer_tokens(text: str) -> list[str]:
+    return _TOKEN.findall(unicodedata.normalize("NFD", text).lower())
+
+
+def token_string(text: str) -> str:
+    """Tokens joined by single spaces, padded with spaces: answer matching is then a substring
+    test that respects token boundaries."""
+    return " " + " ".join(answer_tokens(text)) + " "
+
+
+def has_answer(answers: Iterable[str], block_tokens: str) -> bool:
+    """Does any answer occur as a token sequence in a block? (`block_tokens` from `token_string`)."""
+    for answer in answers:
+        needle = token_string(answer)
+        if needle.strip() and needle in block_tokens:
+            return True
+    return False
+
+
+def normalize_answer(text: str) -> str:
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, answers: Iterable[str]) -> bool:
+    p = normalize_answer(prediction)
+    return any(p == normalize_answer(a) for a in answers)

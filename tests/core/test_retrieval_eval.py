@@ -1,0 +1,88 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.blocks import run_chunk
+from realm_core.config import load_config
+from realm_core.errors import ConfigError, InputError
+from realm_core.ingest.stage import run_ingest
+from realm_core.openqa.answers import token_string
+from realm_core.openqa.questions import dpr_questions, squad_questions
+from realm_core.retrieval.evaluation import (
+    first_hits,
+    rank_bm25,
+    rank_dense,
+    recall_metrics,
+    run_evaluate_retrieval,
+    standard_systems,
+)
+from realm_core.retrieval.warm_start import run_warm_start_ict
+from realm_core.spans.mining import run_mine_spans
+
+BLOCKS = ["Paris is the capital of France.", "Berlin is the capital of Germany.",
+          "The Loire is the longest river in France.", "Bonn was the capital of West Germany."]
+
+
+def test_first_hits_and_metrics_are_exact() -> None:
+    tokens = [token_string(t) for t in BLOCKS]
+    ranked = np.array([[1, 0, 2], [2, 3, 0], [1, 2, 3]])
+    hits = first_hits(ranked, [("Paris",), ("Bonn",), ("Madrid",)], lambda b: tokens[b])
+    assert hits.tolist() == [2, 2, 0]
+    m = recall_metrics(hits, (1, 2), 3)
+    assert m == {"R@1": 0.0, "R@2": pytest.approx(2 / 3), "MRR@3": pytest.approx((0.5 + 0.5) / 3)}
+
+
+def test_bm25_and_dense_rank_within_the_candidates() -> None:
+    candidates = np.array([0, 2, 3])  # Berlin's block is not searched
+    ranked = rank_bm25(["capital of Germany", "longest river"], [BLOCKS[i] for i in candidates],
+                       candidates, 3)
+    assert ranked[0, 0] == 3 and 1 not in ranked[0] and ranked[1, 0] == 2
+    vectors = np.eye(4, dtype=np.float32)
+    ids = rank_dense(np.array([[0.2, 1, 0, 0.5]], np.float32), vectors, candidates, 2)
+    assert ids.tolist() == [[3, 0]]  # block 1 scores highest but is not a candidate
+
+
+def test_question_sets_count_what_they_drop(tmp_path: Path) -> None:
+    path = tmp_path / "dpr.json"
+    path.write_text(json.dumps([{"question": "who?", "answers": ["Ada"]}, {"question": "what?", "answers": []}]))
+    qs = dpr_questions(path)
+    assert [q.answers for q in qs.questions] == [("Ada",)] and qs.dropped == {"no answer": 1}
+    path.write_text("{}")
+    with pytest.raises(InputError, match="dpr.json.*a JSON list of DPR records"):
+        dpr_questions(path)
+
+
+def test_squad_open_articles_30_to_39(shared_data: Path) -> None:
+    qs = squad_questions(shared_data / "squad/squad-v1.1-dev.articles-00-39.json", (30, 39))
+    assert len(qs.questions) == 1971 and qs.dropped == {"no answer": 0}
+    assert len({q.qid for q in qs.questions}) == 1971
+
+
+def test_tiny_evaluation_measures_every_system_in_one_run(shared_data: Path, tmp_path: Path) -> None:
+    cfg = load_config("tiny", overrides=["retrieval_eval.squad_articles=[0, 2]"])
+    store = ArtifactStore(tmp_path / "art")
+    docs = run_ingest(store, cfg.ingest)
+    blocks = run_chunk(store, docs.ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    retriever = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    systems = standard_systems(retriever.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim, cfg.ict.seed)
+    result = run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval)
+    results = store.open(result.ref).manifest["results"]
+    assert set(results) == {"squad-open", "dpr-nq-sample"}
+    squad = results["squad-open"]
+    assert squad["blocks"] == 612 and squad["questions"] > 300
+    assert set(squad["systems"]) == {"BM25", "untrained projection", "ICT", "all-MiniLM-L6-v2 mean pooling"}
+    # SQuAD questions share many words with their paragraph: BM25 finds most of them
+    assert squad["systems"]["BM25"]["R@20"] > 0.8
+    assert results["dpr-nq-sample"]["blocks"] < 612
+    rows = store.open(result.ref).read_table("retrieval_results")
+    assert rows.num_rows == 4 * (squad["questions"] + results["dpr-nq-sample"]["questions"])
+    assert "| BM25 |" in result.report
+    assert run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval).cached is True
+    # a corpus without the SQuAD articles cannot be evaluated on SQuAD-open
+    with pytest.raises(ConfigError, match="SQuAD-open needs the SQuAD articles"):
+        run_evaluate_retrieval(store, blocks.ref, systems[:1],
+                               cfg.retrieval_eval.model_copy(update={"squad_source": "nope"}))
