@@ -18,7 +18,7 @@ PORT ?= 4200
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo test test-fast test-slow serve stop bench retrieval-table lock lint clean
+.PHONY: venv demo test test-fast test-slow serve stop bench retrieval-table pretrain-table lock lint clean
 
 venv: $(STAMP)
 
@@ -47,13 +47,20 @@ serve: $(STAMP)
 stop:
 	bash flows/serve.sh stop
 
-# Every benchmark (about 20 minutes on 2 cores), then README's tables from bench/results/*.json.
+# Every benchmark (about an hour on 2 cores), then README's tables from bench/results/*.json.
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/spans.py
 	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/mips.py
 	$(BIN)/python bench/retrieval.py
+	$(BIN)/python bench/pretrain_step.py
+	$(BIN)/python bench/pretrain.py
+	$(BIN)/python bench/readme_tables.py
+
+# README's pretraining table and plot: REALM vs the null-only baseline, same budget (demo preset).
+pretrain-table: $(STAMP)
+	$(BIN)/python bench/pretrain.py
 	$(BIN)/python bench/readme_tables.py
 
 # README's retrieval table: BM25 / untrained / ICT / reference on the demo preset (reuses `make demo`'s cache).

@@ -95,9 +95,39 @@ def retrieval_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def pretrain_table(result: dict) -> str:
+    b = result["budget"]
+    lines = [f"| run ({b['steps']} steps x {b['batch_size']} examples, lr {b['learning_rate']}, "
+             f"k={b['top_k']} with the null block) | held-out span accuracy | held-out retrieval utility | "
+             "held-out p(null) | final train loss | blocked on index | wall (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, run in result["runs"].items():
+        s = run["stats"]
+        lines.append(f"| {name} | {s['heldout_span_accuracy']:.3f} | {s['heldout_retrieval_utility']:.3f} | "
+                     f"{s['heldout_p_null']:.3f} | {s['final_loss']:.2f} | "
+                     f"{100 * s['blocked_on_index_fraction']:.1f}% | {s['wall_seconds']:.0f} |")
+    realm = result["runs"]["REALM"]["stats"]
+    lines += ["", f"{realm['heldout_examples']:,} held-out masked salient spans (articles never trained on), "
+              f"{realm['train_examples']:,} training examples; refresh every {b['refresh_every']} steps, "
+              f"{'synchronous' if b['sync_refresh'] else 'asynchronous'}; relevance `{b['relevance']}`; "
+              f"masking `{b['masking']}`."]
+    return "\n".join(lines)
+
+
+def pretrain_step_table(result: dict) -> str:
+    lines = [f"| step (demo sizes: {result['batch_size']} examples x k={result['top_k']}, reader "
+             f"{result['reader_length']} tokens, blocks {result['doc_length']}) | seconds | overhead vs peer |",
+             "|---|---:|---:|",
+             f"| bare reader forward + backward on the same B x K inputs (peer) | {result['bare_reader_step_s']:.2f} | - |"]
+    for mode, m in result["modes"].items():
+        lines.append(f"| REALM step, relevance `{mode}` | {m['step_s']:.2f} | **{100 * m['overhead']:+.0f}%** |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
-                                            "retrieval": retrieval_table}
+                                            "retrieval": retrieval_table, "pretrain": pretrain_table,
+                                            "pretrain_step": pretrain_step_table}
 
 
 def main() -> None:

@@ -138,6 +138,25 @@ def ingest(preset: Preset = "demo", config: ConfigFile = None, overrides: Overri
         _report("documents", result.ref, result.cached, result.stats)
 
 
+def _blocks(cfg: PipelineConfig, store: ArtifactStore) -> Any:
+    """The blocks of this config, through the cache (ingesting and chunking first if needed)."""
+    from realm_core.blocks import run_chunk
+    from realm_core.ingest.stage import run_ingest
+
+    docs = run_ingest(store, cfg.ingest, RichProgress())
+    return run_chunk(store, docs.ref, cfg.chunk, RichProgress())
+
+
+def _warm_start(cfg: PipelineConfig, store: ArtifactStore, force: bool = False) -> tuple[Any, Any]:
+    """(blocks, retriever) results: ICT over the blocks and their mined sentences."""
+    from realm_core.retrieval.warm_start import run_warm_start_ict
+    from realm_core.spans.mining import run_mine_spans
+
+    blocks = _blocks(cfg, store)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
+    return blocks, run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict, RichProgress(), force=force)
+
+
 @app.command()
 def chunk(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
           root: Root = None, force: Force = False) -> None:
@@ -160,16 +179,109 @@ def mine_spans(preset: Preset = "demo", config: ConfigFile = None, overrides: Ov
     """blocks -> [bold]salient spans[/]: named entities (spaCy NER, only its 'ner' pipe) and dates (regexes), per sentence, the longer span winning an overlap (REALM §3.4).
 
     Example: realm mine-spans --preset demo --set spans.n_process=2"""
-    from realm_core.blocks import run_chunk
-    from realm_core.ingest.stage import run_ingest
     from realm_core.spans.mining import run_mine_spans
 
     with _errors():
         cfg, store = _setup(preset, config, overrides, root)
-        docs = run_ingest(store, cfg.ingest, RichProgress())
-        blocks = run_chunk(store, docs.ref, cfg.chunk, RichProgress())
+        blocks = _blocks(cfg, store)
         result = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress(), force=force)
         _report("salient spans", result.ref, result.cached, result.stats)
+
+
+@app.command("warm-start")
+def warm_start(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+               root: Root = None, force: Force = False,
+               method: Annotated[str, typer.Option(help="ict (Inverse Cloze Task, ORQA)")] = "ict") -> None:
+    """blocks + sentences -> [bold]retriever[/]: train the query and document encoders with the Inverse Cloze Task (a sentence retrieves its own block, the rest of the batch are negatives; REALM §3.4). Checkpoints every ict.checkpoint_every steps; rerun the same command to resume.
+
+    Example: realm warm-start --method ict --preset demo --set ict.steps=300"""
+    with _errors():
+        if method != "ict":
+            raise RealmError(f"--method {method!r}: expected 'ict'")
+        cfg, store = _setup(preset, config, overrides, root)
+        _, result = _warm_start(cfg, store, force)
+        _report("retriever (ICT)", result.ref, result.cached, result.stats)
+        out.print(result.report)
+
+
+@app.command("refresh-index")
+def refresh_index(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+                  root: Root = None,
+                  encoder: Annotated[str | None, typer.Option(
+                      help="document encoder: a retriever artifact's doc_encoder dir, HF dir or "
+                           "bundled name (default: embed.doc_encoder)")] = None) -> None:
+    """blocks -> [bold]embeddings[/] -> [bold]index/v<step>[/]: embed every block with the document encoder and switch the index pointer to the new version atomically.
+
+    Example: realm refresh-index --encoder work/artifacts/retriever/<key>/doc_encoder"""
+    from realm_core.retrieval.stage import run_build_index, run_embed_blocks
+
+    with _errors():
+        sets = list(overrides or []) + ([f"embed.doc_encoder={encoder}"] if encoder else [])
+        cfg, store = _setup(preset, config, sets, root)
+        blocks = _blocks(cfg, store)
+        emb = run_embed_blocks(store, blocks.ref, cfg.embed, RichProgress())
+        _report("embeddings", emb.ref, emb.cached, emb.stats)
+        built = run_build_index(store, emb.ref, blocks.ref, cfg.index)
+        _report("index", built.ref, built.cached, built.stats)
+
+
+@app.command()
+def pretrain(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+             root: Root = None, force: Force = False,
+             sync_refresh: Annotated[bool | None, typer.Option(
+                 "--sync-refresh/--async-refresh",
+                 help="wait for each index refresh (deterministic) or keep training on the old index "
+                      "(default: pretrain.sync_refresh)")] = None,
+             retrieval: Annotated[str | None, typer.Option(
+                 help="realm, or null_only for the BERT-style baseline (REALM Table 2)")] = None) -> None:
+    """blocks + salient spans + warm-started retriever -> [bold]REALM model[/]: masked salient spans predicted by marginalising over the top-k retrieved blocks and the null block; retriever and reader trained jointly; index refreshed every pretrain.refresh_every steps. Killed runs resume from their last checkpoint when rerun.
+
+    Example: realm pretrain --preset demo --sync-refresh --set pretrain.steps=400"""
+    from realm_core.pretrain.stage import run_pretrain
+    from realm_core.spans.mining import run_mine_spans
+
+    with _errors():
+        sets = list(overrides or [])
+        if sync_refresh is not None:
+            sets.append(f"pretrain.sync_refresh={str(sync_refresh).lower()}")
+        if retrieval is not None:
+            sets.append(f"pretrain.retrieval={retrieval}")
+        cfg, store = _setup(preset, config, sets, root)
+        if cfg.pretrain.warm_start == "ict":
+            blocks, retriever = _warm_start(cfg, store)
+            retriever_ref = retriever.ref
+        else:
+            blocks, retriever_ref = _blocks(cfg, store), None
+        spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
+        result = run_pretrain(store, blocks.ref, spans.ref, retriever_ref, cfg.pretrain, cfg.masking,
+                              cfg.embed, cfg.index, RichProgress(), force=force)
+        _report(f"REALM model ({cfg.pretrain.retrieval})", result.ref, result.cached, result.stats)
+        out.print(result.report)
+
+
+@app.command("evaluate-retrieval")
+def evaluate_retrieval(preset: Preset = "demo", config: ConfigFile = None,
+                       overrides: Overrides = None, root: Root = None,
+                       json_out: Annotated[Path | None, typer.Option(
+                           "--json", help="also write the results as JSON here")] = None) -> None:
+    """Recall@1/5/20 and MRR of BM25, the untrained projection, the ICT retriever and an off-the-shelf reference, on SQuAD-open (articles 30-39 vs every block) and the DPR NQ sample (vs its passages). Trains the warm start first if it is not cached.
+
+    Example: realm evaluate-retrieval --preset demo --json work/reports/retrieval.json"""
+    from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
+
+    with _errors():
+        cfg, store = _setup(preset, config, overrides, root)
+        blocks, retriever = _warm_start(cfg, store)
+        systems = standard_systems(retriever.ref, cfg.embed, cfg.ict.encoder,
+                                   cfg.ict.projection_dim, cfg.ict.seed)
+        result = run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval, RichProgress())
+        out.print(result.report)
+        if json_out is not None:
+            manifest = store.open(result.ref).manifest
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            json_out.write_text(json.dumps({"preset": preset, "artifact": result.ref.path,
+                                            "results": manifest["results"],
+                                            "systems": manifest["systems"]}, indent=2) + "\n")
 
 
 @app.command()
@@ -206,7 +318,8 @@ def show_config(preset: Preset = "demo", config: ConfigFile = None,
 
         cfg = load_config(preset, config, overrides or [])
         out.print_json(cfg.model_dump_json())
-        for name in ("ingest", "chunk", "spans", "masking", "ict", "pretrain"):
+        for name in ("ingest", "chunk", "spans", "masking", "ict", "embed", "index",
+                     "retrieval_eval", "pretrain"):
             out.print(f"{name}: config hash {getattr(cfg, name).config_hash()[:16]}")
 
 

@@ -12,8 +12,11 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.ingest_corpus import chunk_blocks, ingest_corpus
 from flows.mine_salient_spans import mine_salient_spans
+from flows.pretrain_realm import pretrain_realm
 from flows.refresh_index import refresh_index
 from flows.settings import resolve
+from flows.warm_start import evaluate_retrieval, warm_start_ict
+from realm_core.retrieval.warm_start import doc_encoder_dir
 
 
 def summary_markdown(preset: str, stages: dict[str, dict[str, Any]]) -> str:
@@ -36,9 +39,19 @@ def full_pipeline(preset: str = "demo", config_file: str | None = None,
     stages["ingest"] = ingest_corpus(config=cfg.ingest, root=root)
     stages["chunk"] = chunk_blocks(documents=stages["ingest"]["ref"], config=cfg.chunk, root=root)
     stages["spans"] = mine_salient_spans(blocks=stages["chunk"]["ref"], config=cfg.spans, root=root)
-    refreshed = refresh_index(blocks=stages["chunk"]["ref"], embed=cfg.embed, index=cfg.index,
-                              root=root)
+    stages["warm_start"] = warm_start_ict(blocks=stages["chunk"]["ref"], spans=stages["spans"]["ref"],
+                                          config=cfg.ict, root=root)
+    # REALM §3.4: the first index is built with the warm-started document encoder
+    embed = cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(stages["warm_start"]["ref"])})
+    refreshed = refresh_index(blocks=stages["chunk"]["ref"], embed=embed, index=cfg.index, root=root)
     stages["embed"], stages["index"] = refreshed["embed"], refreshed["index"]
+    stages["retrieval_eval"] = evaluate_retrieval(
+        blocks=stages["chunk"]["ref"], retriever=stages["warm_start"]["ref"], embed=cfg.embed,
+        ict=cfg.ict, config=cfg.retrieval_eval, root=root)
+    stages["pretrain"] = pretrain_realm(
+        blocks=stages["chunk"]["ref"], spans=stages["spans"]["ref"],
+        retriever=stages["warm_start"]["ref"] if cfg.pretrain.warm_start == "ict" else None,
+        config=cfg.pretrain, masking=cfg.masking, embed=cfg.embed, index=cfg.index, root=root)
     md = summary_markdown(preset, stages)
     create_markdown_artifact(markdown=md, key="realm-pipeline", description="stage summary")
     reports = Path(root).parent / "reports" if "://" not in root else None

@@ -272,7 +272,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True},
         "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},
         "ict": {"encoder": "bert-base-uncased"},
-        "pretrain": {},
+        "pretrain": {"reader_encoder": "bert-base-uncased"},
     },
 }
 

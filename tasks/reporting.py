@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +46,7 @@ def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, An
         get_run_context()
     except MissingContextError:
         return md  # called as task.fn outside a run: nothing to attach the artifact to
-    key = stage.lower().replace("_", "-").replace(" ", "-")
+    key = re.sub(r"[^a-z0-9]+", "-", stage.lower()).strip("-")  # Prefect: lowercase, digits, dashes
     create_markdown_artifact(markdown=md, key=key, description=f"realm {stage} report")
     return md
 

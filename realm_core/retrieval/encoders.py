@@ -66,11 +66,17 @@ class RetrieverEncoder(nn.Module):
         overrides the BERT's hidden and attention dropout (None: keep its config)."""
         from safetensors.torch import load_file
         from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
 
         directory = resolve_encoder_dir(source)
         kwargs: dict[str, Any] = {} if dropout is None else {
             "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-        bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, **kwargs)
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # the unused pooler is expected
+        try:
+            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, **kwargs)
+        finally:
+            hf_logging.set_verbosity(verbosity)
         head = directory / HEAD_FILE
         if head.is_file():
             meta = json.loads(head.read_text())

@@ -11,7 +11,8 @@ def test_paper_preset_has_realm_settings() -> None:
     assert cfg.chunk.max_wordpieces == 288
     assert cfg.chunk.encoder == "bert-base-uncased"
     p = cfg.pretrain
-    assert (p.top_k, p.query_length, p.reader_length, p.batch_size) == (8, 96, 384, 512)
+    assert (p.top_k, cfg.masking.query_length, p.reader_length, p.batch_size) == (8, 96, 384, 512)
+    assert p.reader_encoder == cfg.ict.encoder == "bert-base-uncased" and p.dropout == 0.1
     assert (p.learning_rate, p.steps, p.refresh_every) == (3e-5, 200_000, 500)
     i = cfg.ict
     assert (i.batch_size, i.learning_rate, i.steps, i.keep_sentence_prob) == (4096, 1e-4, 100_000, 0.1)
@@ -41,7 +42,7 @@ def test_yaml_file_merges_over_preset(tmp_path: Path) -> None:
     cfg = load_config("demo", f, ["pretrain.top_k=6"])
     assert cfg.chunk.max_wordpieces == 200
     assert cfg.pretrain.top_k == 6
-    assert cfg.pretrain.reader_length == 256  # untouched demo value survives the merge
+    assert cfg.pretrain.reader_length == PRESETS["demo"]["pretrain"]["reader_length"]  # untouched demo value survives
 
 
 def test_config_hash_ignores_execution_fields_only() -> None:

@@ -72,3 +72,16 @@ def test_two_concurrent_runs_into_one_root_do_not_corrupt(shared_data: Path, tmp
     assert not any((tmp_path / "art" / ".tmp").iterdir())
     r = realm("inspect", str(published[0].parent), cwd=tmp_path)
     assert r.returncode == 0 and "salient_spans" in r.stdout
+
+
+def test_warm_start_then_null_only_pretraining_from_the_command_line(shared_data: Path, tmp_path: Path) -> None:
+    root = str(tmp_path / "art")
+    r = realm("warm-start", "--method", "ict", "--preset", "tiny", "--root", root, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "retriever (ICT)" in r.stdout and "ICT loss curve" in r.stdout
+    r = realm("pretrain", "--preset", "tiny", "--root", root, "--retrieval", "null_only",
+              "--set", "pretrain.steps=2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "REALM model (null_only)" in r.stdout and "held-out masked salient spans" in r.stdout
+    r = realm("warm-start", "--method", "retromae", "--preset", "tiny", "--root", root, cwd=tmp_path)
+    assert r.returncode == 2 and "expected 'ict'" in r.stderr

@@ -58,7 +58,8 @@ def test_deployments_listed(server: dict[str, str]) -> None:
     r = prefect(server, "deployment", "ls")
     assert r.returncode == 0
     for name in ("realm/full-pipeline", "ingest-corpus/realm", "chunk-blocks/realm",
-                 "mine-salient-spans/realm", "refresh-index/refresh-index"):
+                 "mine-salient-spans/realm", "warm-start-ict/realm", "evaluate-retrieval/realm",
+                 "pretrain-realm/realm", "refresh-index/refresh-index"):
         assert name in r.stdout, r.stdout
 
 
@@ -70,8 +71,9 @@ def test_nightly_refresh_is_scheduled(server: dict[str, str]) -> None:
 def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None:
     run_deployment(server, "realm/full-pipeline")
     artifacts = Path(server["work"]) / "artifacts"
-    assert json.loads((artifacts / "index" / "CURRENT").read_text())["step"] == 0
-    for kind in ("documents", "blocks", "salient_spans", "embeddings"):
+    # the pipeline's index is built with the ICT document encoder (tiny: 4 ICT steps)
+    assert json.loads((artifacts / "index" / "CURRENT").read_text())["step"] == 4
+    for kind in ("documents", "blocks", "salient_spans", "retriever", "retrieval_eval", "realm_model"):
         found = list((artifacts / kind).glob("*/manifest.json"))
         assert len(found) == 1, kind
     report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())
@@ -81,3 +83,7 @@ def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None
     assert len(list((artifacts / "blocks").glob("*/manifest.json"))) == 1
     r = prefect(server, "artifact", "inspect", "chunk")
     assert r.returncode == 0 and "cache hit" in r.stdout, r.stdout
+    # the nightly deployment re-embeds with the newest retriever (REALM model: 4 ICT + 4 pretraining
+    # steps) and switches the index to it
+    run_deployment(server, "refresh-index/refresh-index")
+    assert json.loads((artifacts / "index" / "CURRENT").read_text())["step"] == 8

@@ -1,0 +1,122 @@
+"""Pretraining step cost: one full REALM step (query encoder, index search, trivial-retrieval
+exclusion, relevance recomputed with the document encoder, reader over B x K sequences,
+marginal likelihood, backward) against the bare reader forward + backward on the very same
+B x K reader inputs with a plain mean token loss and no retrieval: the peer, measured in this
+run. Both with the demo preset's sizes; the overhead is the retriever's share of a step.
+
+    .venv/bin/python bench/pretrain_step.py [--steps 5] [--root work/artifacts]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.blocks import run_chunk
+from realm_core.config import load_config, work_dir
+from realm_core.encoders import load_tokenizer
+from realm_core.ingest.stage import run_ingest
+from realm_core.pretrain.batches import BlockTexts
+from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
+from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+from realm_core.pretrain.refresh import IndexHandle
+from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.stage import run_build_index, run_embed_blocks
+from realm_core.retrieval.versions import load_index
+from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir, run_warm_start_ict
+from realm_core.spans.masking import iter_examples
+from realm_core.spans.mining import run_mine_spans
+from realm_core.training import adamw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps of each (after one warm-up step)")
+    ap.add_argument("--root", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    cfg = load_config("demo")
+    p = cfg.pretrain
+    store = ArtifactStore(args.root or work_dir() / "artifacts")
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    emb = run_embed_blocks(store, blocks.ref, cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(ict.ref)}))
+    run_build_index(store, emb.ref, blocks.ref, cfg.index)
+    index, _ = load_index(store, cfg.ict.steps)
+    tok = load_tokenizer(p.reader_encoder)
+    art = store.open(blocks.ref)
+    examples = list(iter_examples(art, store.open(spans.ref), cfg.masking, tok))
+    data = PretrainData(examples, [], BlockTexts.from_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"])), tok)
+    models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(p.reader_encoder, dropout=p.dropout),
+                         RetrieverEncoder.from_pretrained(query_encoder_dir(ict.ref), dropout=p.dropout),
+                         RetrieverEncoder.from_pretrained(doc_encoder_dir(ict.ref), dropout=p.dropout))
+    optimizer = adamw([models.reader, models.query_encoder, models.doc_encoder], p.learning_rate, p.weight_decay)
+    handle = IndexHandle(index, cfg.ict.steps)
+    rng = np.random.default_rng(0)
+    batches = [[examples[i] for i in rng.choice(len(examples), p.batch_size, replace=False)]
+               for _ in range(args.steps + 1)]
+
+    def realm_step(batch, config=p):  # type: ignore[no-untyped-def]
+        optimizer.zero_grad()
+        out, reader_batch, _ = realm_forward(models, batch, handle, data, config)
+        out.loss.backward()
+        optimizer.step()
+        return reader_batch
+
+    def bare_reader_step(reader_batch):  # type: ignore[no-untyped-def]
+        optimizer.zero_grad()
+        log_probs = models.reader(reader_batch.input_ids, reader_batch.attention_mask,
+                                  reader_batch.masked_positions)  # (B, K, M, V)
+        k = log_probs.size(1)
+        gold = log_probs.gather(-1, reader_batch.targets.unsqueeze(1).expand(-1, k, -1).unsqueeze(-1))
+        (-gold.mean()).backward()
+        optimizer.step()
+
+    inputs = [realm_step(batches[0])]  # warm-up, and the reader inputs the peer reuses
+    times: dict[str, list[float]] = {"recompute": [], "index": [], "bare": []}
+    for batch in batches[1:]:
+        t0 = time.perf_counter()
+        inputs.append(realm_step(batch))
+        times["recompute"].append(time.perf_counter() - t0)
+    stale = p.model_copy(update={"relevance": "index"})
+    realm_step(batches[0], stale)  # warm-up
+    for batch in batches[1:]:
+        t0 = time.perf_counter()
+        realm_step(batch, stale)
+        times["index"].append(time.perf_counter() - t0)
+    bare_reader_step(inputs[0])  # warm-up
+    for reader_batch in inputs[1:]:
+        t0 = time.perf_counter()
+        bare_reader_step(reader_batch)
+        times["bare"].append(time.perf_counter() - t0)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    result = {"preset": "demo", "machine": platform.machine(), "threads": torch.get_num_threads(),
+              "batch_size": p.batch_size, "top_k": p.top_k, "reader_length": p.reader_length,
+              "doc_length": p.doc_length, "steps": args.steps, "bare_reader_step_s": med["bare"],
+              "modes": {mode: {"step_s": med[mode], "overhead": med[mode] / med["bare"] - 1.0}
+                        for mode in ("recompute", "index")},
+              "times": times}
+    for mode in ("recompute", "index"):
+        print(f"REALM step, relevance={mode}: {med[mode]:.2f} s vs bare reader {med['bare']:.2f} s: "
+              f"overhead {100 * result['modes'][mode]['overhead']:.0f}%")
+    out = ROOT / "bench" / "results" / "pretrain_step.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""From masked examples to reader batches: retrieve from the (stale) MIPS index, drop trivial
+retrievals, add the null block, and lay out `[CLS] x [SEP] z_title [SEP] z_body [SEP]`.
+
+Slot 0 of every example is the null block (REALM §3.4: an empty block, always a candidate, so
+the reader can fall back on its own knowledge); slots 1..K-1 are the top retrieved blocks in
+index order. A slot with no block (too few candidates left after the exclusions) is masked.
+
+Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from realm_core.spans.masking import MaskedExample
+
+NULL_BLOCK = -1
+
+
+@dataclass
+class BlockTexts:
+    """The corpus as the pretraining loop reads it: Arrow arrays indexed by block id."""
+
+    titles: pa.Array
+    texts: pa.Array
+    doc_ids: np.ndarray      # (N,) object
+    title_keys: np.ndarray   # (N,) object, lowercased titles: one article across corpora
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> BlockTexts:
+        titles = table.column("title").combine_chunks()
+        return cls(titles, table.column("text").combine_chunks(),
+                   np.asarray(table.column("doc_id").to_pylist(), dtype=object),
+                   np.asarray([t.lower() for t in titles.to_pylist()], dtype=object))
+
+    def __len__(self) -> int:
+        return len(self.titles)
+
+
+def retrieve_candidates(scores_ids: np.ndarray, examples: list[MaskedExample], blocks: BlockTexts,
+                        n_retrieved: int) -> np.ndarray:
+    """(B, K-1) block ids from the index's ranked ids (B, R), -1 where none is left.
+
+    REALM §3.4: blocks of the example's own article are trivial retrievals (the answer is
+    right there) and are dropped; an article is its doc id, or its title across corpora."""
+    out = np.full((len(examples), n_retrieved), NULL_BLOCK, dtype=np.int64)
+    for b, (ex, ranked) in enumerate(zip(examples, scores_ids, strict=True)):
+        own_doc, own_title = blocks.doc_ids[ex.block_id], blocks.title_keys[ex.block_id]
+        kept = [z for z in ranked
+                if z >= 0 and blocks.doc_ids[z] != own_doc and blocks.title_keys[z] != own_title]
+        out[b, :min(n_retrieved, len(kept))] = kept[:n_retrieved]
+    return out
+
+
+@dataclass
+class ReaderBatch:
+    input_ids: torch.Tensor         # (B, K, T)
+    attention_mask: torch.Tensor    # (B, K, T)
+    masked_positions: torch.Tensor  # (B, M)
+    targets: torch.Tensor           # (B, M)
+    target_mask: torch.Tensor       # (B, M)
+    block_mask: torch.Tensor        # (B, K) True where the slot holds a block (null: always)
+    block_ids: np.ndarray           # (B, K) with -1 for the null block and for empty slots
+
+
+def reader_batch(examples: list[MaskedExample], candidates: np.ndarray, blocks: BlockTexts,
+                 tokenizer: Any, reader_length: int) -> ReaderBatch:
+    """Tensors for the knowledge-augmented encoder; candidates (B, K-1) from retrieve_candidates."""
+    b, k = len(examples), candidates.shape[1] + 1
+    block_ids = np.concatenate([np.full((b, 1), NULL_BLOCK), candidates], axis=1)  # (B, K)
+    wanted = sorted({int(z) for z in candidates.ravel() if z >= 0})
+    rows = {z: i for i, z in enumerate(wanted)}
+    titles, bodies = block_wordpieces(wanted, blocks, tokenizer)
+    sep = tokenizer.sep_token_id
+    seqs: list[list[int]] = []
+    for ex, row in zip(examples, block_ids, strict=True):
+        for z in row:
+            # [CLS] x [SEP] + title [SEP] body [SEP], the body cut to fit reader_length
+            seq = list(ex.input_ids)
+            if z >= 0:
+                i = rows[int(z)]
+                room = reader_length - len(seq) - 2
+                title = titles[i][:max(room, 0)]
+                seq += title + [sep] + bodies[i][:max(room - len(title), 0)] + [sep]
+            seqs.append(seq[:reader_length - 1] + [sep] if len(seq) > reader_length else seq)
+    width = max(len(s) for s in seqs)
+    ids = torch.full((b * k, width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((b * k, width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    m = max(len(ex.masked_positions) for ex in examples)
+    positions = torch.zeros((b, m), dtype=torch.long)
+    targets = torch.zeros((b, m), dtype=torch.long)
+    target_mask = torch.zeros((b, m), dtype=torch.bool)
+    for i, ex in enumerate(examples):
+        n = len(ex.masked_positions)
+        positions[i, :n] = torch.tensor(ex.masked_positions)
+        targets[i, :n] = torch.tensor(ex.targets)
+        target_mask[i, :n] = True
+    block_mask = torch.from_numpy(block_ids >= 0)
+    block_mask[:, 0] = True
+    return ReaderBatch(ids.view(b, k, width), mask.view(b, k, width), positions, targets, target_mask,
+                       block_mask, block_ids)
+
+
+def block_wordpieces(block_ids: list[int], blocks: BlockTexts, tokenizer: Any) -> tuple[list[list[int]], list[list[int]]]:
+    """Wordpiece ids of each block's title and body, without special tokens."""
+    if not block_ids:
+        return [], []
+    titles = tokenizer([blocks.titles[z].as_py() for z in block_ids], add_special_tokens=False,
+                       return_attention_mask=False)["input_ids"]
+    bodies = tokenizer([blocks.texts[z].as_py() for z in block_ids], add_special_tokens=False,
+                       return_attention_mask=False)["input_ids"]
+    return titles, bodies
+
+
+def doc_encoder_inputs(block_ids: np.ndarray, blocks: BlockTexts, tokenizer: Any,
+                       max_length: int) -> dict[str, torch.Tensor]:
+    """`[CLS] title [SEP] body [SEP]` (body cut to max_length) for each of (U,) block ids, as
+    padded (U, T) tensors; the null block (-1) is the empty block `[CLS] [SEP] [SEP]`."""
+    real = [int(z) for z in block_ids if z >= 0]
+    titles, bodies = block_wordpieces(real, blocks, tokenizer)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    seqs, i = [], 0
+    for z in block_ids:
+        if z < 0:
+            seqs.append([cls, sep, sep])
+            continue
+        title = titles[i][:max_length - 3]
+        seqs.append([cls, *title, sep, *bodies[i][:max_length - 3 - len(title)], sep])
+        i += 1
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)  # (U, T)
+    mask = torch.zeros_like(ids)
+    for r, s in enumerate(seqs):
+        ids[r, :len(s)] = torch.tensor(s)
+        mask[r, :len(s)] = 1
+    return {"input_ids": ids, "attention_mask": mask}

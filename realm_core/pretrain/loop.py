@@ -1,0 +1,243 @@
+"""The REALM pretraining loop (Guu et al. 2020 §3), top to bottom like nanoGPT's train.py:
+
+    refresh_index -> get batch -> retrieve -> forward (marginal likelihood) -> backward -> clip
+    -> step -> log -> eval -> checkpoint
+
+Gradients reach both retriever encoders through p(z|x): the index only proposes the top-k
+blocks; their relevance scores are recomputed with the current query and document encoders.
+
+Batches and dropout masks are functions of (seed, step), and a checkpoint holds the weights, the
+optimizer, the curves and the index version in use, so a run killed at any moment and rerun
+resumes where it was; with synchronous refresh it ends with the same parameters.
+
+Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from realm_core.config import PretrainConfig
+from realm_core.pretrain.batches import (
+    NULL_BLOCK,
+    BlockTexts,
+    doc_encoder_inputs,
+    reader_batch,
+    retrieve_candidates,
+)
+from realm_core.pretrain.reader import MarginalOutput, marginal_likelihood, span_predictions
+from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
+from realm_core.progress import NoProgress, Progress
+from realm_core.spans.masking import MaskedExample
+from realm_core.training import (
+    adamw,
+    latest_checkpoint,
+    learning_rate_at,
+    restore_checkpoint,
+    save_checkpoint,
+    step_seed,
+)
+
+
+@dataclass
+class RealmModels:
+    reader: Any         # KnowledgeAugmentedEncoder
+    query_encoder: Any  # RetrieverEncoder, Embed_input
+    doc_encoder: Any    # RetrieverEncoder, Embed_doc
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"reader": self.reader, "query_encoder": self.query_encoder, "doc_encoder": self.doc_encoder}
+
+
+@dataclass
+class PretrainData:
+    train: list[MaskedExample]
+    heldout: list[MaskedExample]
+    blocks: BlockTexts
+    tokenizer: Any
+
+
+@dataclass
+class Curves:
+    steps: list[dict[str, float]] = field(default_factory=list)
+    evals: list[dict[str, float]] = field(default_factory=list)
+
+
+def _query_inputs(examples: list[MaskedExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(ex.input_ids) for ex in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, Tq)
+    mask = torch.zeros_like(ids)
+    for i, ex in enumerate(examples):
+        ids[i, :len(ex.input_ids)] = torch.tensor(ex.input_ids)
+        mask[i, :len(ex.input_ids)] = 1
+    return ids, mask
+
+
+def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
+                  data: PretrainData, config: PretrainConfig) -> tuple[MarginalOutput, Any, torch.Tensor]:
+    """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch."""
+    tok = data.tokenizer
+    retriever_grad = torch.enable_grad() if not config.freeze_retriever else torch.no_grad()
+    b = len(examples)
+    if config.retrieval == "null_only" or index is None:
+        candidates = np.zeros((b, 0), dtype=np.int64)
+        scores = torch.zeros((b, 1))  # (B, 1): the null block alone, p(null|x) = 1
+        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
+    else:
+        with retriever_grad:
+            q = models.query_encoder(*_query_inputs(examples, tok.pad_token_id))  # (B, D)
+        # the (stale) index proposes; REALM §3.4: trivial retrievals (own article) are dropped
+        _, ranked = index.index.search(q.detach().float().numpy(), config.top_k - 1 + config.exclusion_margin)
+        candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1)  # (B, K-1)
+        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
+        if config.relevance == "recompute":
+            # relevance recomputed with the current document encoder, null block first
+            unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
+            row_of = {z: i for i, z in enumerate(unique)}
+            with retriever_grad:
+                d = models.doc_encoder(**doc_encoder_inputs(np.asarray(unique), data.blocks, tok,
+                                                            config.doc_length))  # (U, D)
+            rows = torch.tensor([[row_of.get(int(z), 0) for z in row] for row in batch.block_ids])  # (B, K)
+            scores = torch.einsum("bd,bkd->bk", q, d[rows])  # (B, K)
+        else:
+            # the index's stale vectors for the retrieved blocks; only the null block is embedded
+            with retriever_grad:
+                null = models.doc_encoder(**doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok,
+                                                               config.doc_length))  # (1, D)
+            stale = torch.from_numpy(index.index.reconstruct(candidates))  # (B, K-1, D)
+            scores = torch.cat([q @ null.T, torch.einsum("bd,bkd->bk", q, stale)], dim=1)  # (B, K)
+    token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
+    out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask)
+    return out, batch, scores
+
+
+def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor) -> dict[str, float]:
+    """Span accuracy of the marginal prediction, mean p(null|x), retrieval utility (REALM §4.5:
+    log p(y|x,z_best) - log p(y|x,null), z_best the highest-scoring retrieved block)."""
+    with torch.no_grad():
+        predicted = span_predictions(out, batch.block_mask)  # (B, M)
+        correct = ((predicted == batch.targets) | ~batch.target_mask).all(-1).float()  # (B,)
+        metrics = {"span_accuracy": float(correct.mean()), "log_likelihood": float(out.log_p_y.mean()),
+                   "p_null": float(out.log_p_z[:, 0].exp().mean())}
+        if scores.size(1) > 1 and bool(batch.block_mask[:, 1:].any()):
+            retrieved = scores[:, 1:].masked_fill(~batch.block_mask[:, 1:], float("-inf"))  # (B, K-1)
+            best = retrieved.argmax(-1) + 1  # (B,)
+            has = batch.block_mask[:, 1:].any(-1)
+            ru = out.log_p_y_given_z.gather(1, best[:, None]).squeeze(1) - out.log_p_y_given_z[:, 0]
+            metrics["retrieval_utility"] = float(ru[has].mean())
+        else:
+            metrics["retrieval_utility"] = 0.0
+    return metrics
+
+
+def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
+             config: PretrainConfig, examples: int) -> dict[str, float]:
+    """Held-out masked salient-span metrics, averaged over `examples` held-out examples."""
+    for m in models.modules().values():
+        m.eval()
+    totals: dict[str, float] = {}
+    held = data.heldout[:examples]
+    with torch.no_grad():
+        for start in range(0, len(held), config.batch_size):
+            chunk = held[start:start + config.batch_size]
+            out, batch, scores = realm_forward(models, chunk, index, data, config)
+            for k, v in batch_metrics(out, batch, scores).items():
+                totals[k] = totals.get(k, 0.0) + v * len(chunk)
+    for m in models.modules().values():
+        m.train()
+    return {k: v / max(len(held), 1) for k, v in totals.items()} | {"examples": float(len(held))}
+
+
+def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
+                index_at: Callable[[int], IndexHandle] | None, refresher: IndexRefresher | None,
+                base_step: int, checkpoint_root: Path, progress: Progress | None = None,
+                on_log: Callable[[dict[str, float]], None] | None = None) -> Curves:
+    """Train in place for `config.steps` steps; resumes from the newest checkpoint.
+
+    `index_at(step)` opens index version v<step>; `base_step` is the retriever's step before
+    pretraining (the warm start's), whose index the run starts with, so versions keep rising.
+    Without `index_at` (the null-only baseline) nothing is retrieved."""
+    progress = progress or NoProgress()
+    trainable = [models.reader] + ([] if config.freeze_retriever else [models.query_encoder, models.doc_encoder])
+    optimizer = adamw(trainable, config.learning_rate, config.weight_decay)
+    curves = Curves()
+    start, index_step = 0, base_step
+    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
+        restore_checkpoint(ckpt, models.modules(), optimizer)
+        start, index_step = ckpt.step, int(ckpt.state["index_step"])
+        curves = Curves(ckpt.state["curves"]["steps"], ckpt.state["curves"]["evals"])
+    index = index_at(index_step) if index_at is not None else None
+    for m in models.modules().values():
+        m.train()
+    progress.start("REALM pretraining", config.steps, "steps")
+    progress.advance(start)
+    micro = max(1, config.batch_size // config.grad_accumulation)
+    t_last = time.perf_counter()
+    for step in range(start, config.steps):
+        # refresh_index: swap in a finished refresh, start the next one on schedule
+        if refresher is not None:
+            if (fresh := refresher.poll()) is not None:
+                index = fresh
+            if step > 0 and step % config.refresh_every == 0:
+                refresher.submit(models.query_encoder, models.doc_encoder, base_step + step)
+                if refresher.sync and (fresh := refresher.poll()) is not None:
+                    index = fresh
+        # get batch: a function of (seed, step) only
+        rng = np.random.default_rng(step_seed(config.seed, step))
+        picks = rng.choice(len(data.train), size=min(config.batch_size, len(data.train)), replace=False)
+        examples = [data.train[i] for i in picks]
+        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # forward (retrieve, read, marginalise) and backward, over micro-batches
+        torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
+        optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        loss_sum = 0.0
+        for start_i in range(0, len(examples), micro):
+            chunk = examples[start_i:start_i + micro]
+            out, batch, scores = realm_forward(models, chunk, index, data, config)
+            (out.loss * len(chunk) / len(examples)).backward()  # type: ignore[no-untyped-call]
+            loss_sum += out.loss.item() * len(chunk)
+            for k, v in batch_metrics(out, batch, scores).items():
+                totals[k] = totals.get(k, 0.0) + v * len(chunk)
+        # clip, step
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                       config.max_grad_norm)
+        optimizer.step()
+        done = step + 1
+        # log
+        now = time.perf_counter()
+        index_step = index.step if index is not None else base_step
+        row = {"step": float(done), "loss": loss_sum / len(examples), "learning_rate": lr,
+               **{k: v / len(examples) for k, v in totals.items()},
+               "index_step": float(index_step), "staleness": float(base_step + done - index_step),
+               "steps_per_s": 1.0 / max(now - t_last, 1e-9),
+               "blocked_s": refresher.blocked_seconds if refresher else 0.0}
+        t_last = now
+        if not math.isfinite(row["loss"]):
+            raise FloatingPointError(f"step {done}: loss is {row['loss']}; lower pretrain.learning_rate")
+        curves.steps.append(row)
+        progress.advance(1)
+        if on_log is not None and (done % config.log_every == 0 or done == config.steps):
+            on_log(row)
+        # eval
+        if done % config.eval_every == 0 or done == config.steps:
+            curves.evals.append({"step": float(done), **evaluate(models, data, index, config, config.eval_examples)})
+        # checkpoint
+        if done % config.checkpoint_every == 0 or done == config.steps:
+            save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
+                            {"curves": {"steps": curves.steps, "evals": curves.evals},
+                             "index_step": index_step, "base_step": base_step})
+    progress.finish()
+    if refresher is not None:
+        refresher.wait()
+    return curves

@@ -1,0 +1,197 @@
+"""The REALM pretraining stage: masked examples + warm-started retriever + index -> a
+`realm_model` artifact (reader, query encoder, document encoder, metrics, eval, plot).
+
+Everything a run refreshes (encoder snapshots, their embeddings' index versions and its CURRENT
+pointer) lives in the run's own namespace `<root>/runs/pretrain-<key>/`, so two runs with
+different configs never claim the same index version. Block embeddings share the main cache.
+Checkpoints go to `<root>/checkpoints/pretrain-<key>/`; rerunning resumes from the newest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
+from realm_core.curves import curve_markdown, plot_curves
+from realm_core.encoders import load_tokenizer
+from realm_core.errors import ConfigError, RealmError
+from realm_core.pretrain.batches import BlockTexts
+from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
+from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
+from realm_core.progress import NoProgress, Progress
+from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_blocks
+from realm_core.retrieval.versions import load_index
+from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+
+KIND = "realm_model"
+RefreshIndex = Callable[[EmbedConfig, str], None]
+PRETRAIN_CODE = ("realm_core.pretrain.stage", "realm_core.pretrain.loop", "realm_core.pretrain.reader",
+                 "realm_core.pretrain.batches", "realm_core.pretrain.refresh", "realm_core.spans.masking",
+                 "realm_core.training", "realm_core.retrieval.encoders")
+STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "staleness")
+EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
+
+
+def _heldout(doc_id: str, every: int) -> bool:
+    return int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) % every == 0
+
+
+def _vocab_hash(spec: str) -> str:
+    vocab = load_tokenizer(spec).get_vocab()
+    return hashlib.sha256("\n".join(sorted(vocab, key=vocab.__getitem__)).encode()).hexdigest()
+
+
+def _check_compatible(config: PretrainConfig, retriever: ArtifactRef | None, blocks: Any) -> None:
+    """Refuse, before any training step, encoders that cannot read the blocks' wordpieces."""
+    reader_vocab = _vocab_hash(config.reader_encoder)
+    blocks_encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
+    if blocks_encoder is not None and _vocab_hash(blocks_encoder) != reader_vocab:
+        raise ConfigError(f"{blocks.path}: blocks were cut with {blocks_encoder!r}, whose vocabulary "
+                          f"differs from the reader's ({config.reader_encoder!r})")
+    if retriever is not None:
+        for spec in (query_encoder_dir(retriever), doc_encoder_dir(retriever)):
+            if _vocab_hash(spec) != reader_vocab:
+                raise ConfigError(f"{spec}: warm-start encoder has another tokenizer than the reader "
+                                  f"({config.reader_encoder!r}); warm-start with the same vocabulary")
+
+
+def _encoders(config: PretrainConfig, retriever: ArtifactRef | None) -> tuple[RetrieverEncoder, RetrieverEncoder]:
+    if retriever is None:  # warm_start: none -> the untrained projection, shared seed
+        return (RetrieverEncoder.from_pretrained(config.reader_encoder, seed=config.seed, dropout=config.dropout),
+                RetrieverEncoder.from_pretrained(config.reader_encoder, seed=config.seed, dropout=config.dropout))
+    q = RetrieverEncoder.from_pretrained(query_encoder_dir(retriever), dropout=config.dropout)
+    d = RetrieverEncoder.from_pretrained(doc_encoder_dir(retriever), dropout=config.dropout)
+    if q.projection_dim != d.projection_dim:
+        raise ConfigError(f"{retriever.path}: query ({q.projection_dim}) and document ({d.projection_dim}) "
+                          "embedding dimensions differ")
+    return q, d
+
+
+def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,
+                 retriever_ref: ArtifactRef | None, config: PretrainConfig, masking: MaskingConfig,
+                 embed: EmbedConfig, index_config: IndexConfig, progress: Progress | None = None,
+                 force: bool = False, refresh_index: RefreshIndex | None = None) -> StageResult:
+    """Pretrain; `refresh_index(embed, index_root)` re-embeds the blocks with
+    `embed.doc_encoder` and builds the new index version under `index_root` (default: the
+    retrieval stages called directly; the Prefect flow passes its refresh-index subflow)."""
+    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+    from realm_core.spans.masking import iter_examples
+
+    if (config.warm_start == "none") != (retriever_ref is None):
+        raise ConfigError(f"pretrain.warm_start={config.warm_start!r} but a retriever artifact was "
+                          f"{'given' if retriever_ref else 'not given'}")
+    inputs = {"blocks": blocks_ref.content_hash, "spans": spans_ref.content_hash,
+              "retriever": retriever_ref.content_hash if retriever_ref else "none",
+              "reader": encoder_hash(config.reader_encoder), "masking": masking.config_hash(),
+              "embed": embed.config_hash(), "index": index_config.config_hash(),
+              "code": code_version(PRETRAIN_CODE, ("torch", "transformers"))}
+    key = artifact_key(config.config_hash(), inputs)
+    if not force and (hit := store.lookup(KIND, key)) is not None:
+        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    blocks = store.open(blocks_ref, kind="blocks")
+    spans = store.open(spans_ref, kind="salient_spans")
+    if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
+        raise ConfigError(f"{spans.path}: spans were mined from other blocks than {blocks_ref.path}")
+    _check_compatible(config, retriever_ref, blocks)
+    query_encoder, doc_encoder = _encoders(config, retriever_ref)
+    reader = KnowledgeAugmentedEncoder.from_pretrained(config.reader_encoder, dropout=config.dropout)
+    tokenizer = load_tokenizer(config.reader_encoder)
+    base_step = query_encoder.step
+
+    # masked examples; held-out articles never train
+    counts: Counter[str] = Counter()
+    table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
+    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts))
+    train = [e for e in examples if not _heldout(e.doc_id, config.heldout_every)]
+    heldout = [e for e in examples if _heldout(e.doc_id, config.heldout_every)]
+    if len(train) < config.batch_size or not heldout:
+        raise RealmError(f"{spans.path}: {len(train)} training and {len(heldout)} held-out masked "
+                         f"examples; need at least batch_size={config.batch_size} and one held out")
+    data = PretrainData(train, heldout, BlockTexts.from_table(table), tokenizer)
+
+    # the run's own index namespace; the initial index is built from the warm-start encoder
+    run_root = Path(store.root) / "runs" / f"pretrain-{key}"
+    run_store = ArtifactStore(run_root)
+
+    def build(q: RetrieverEncoder, d: RetrieverEncoder, step: int) -> IndexHandle:
+        if step == base_step and retriever_ref is not None:
+            doc_dir = doc_encoder_dir(retriever_ref)  # the warm start's own: its embeddings are cached
+        else:
+            snapshot = run_root / "encoders" / f"step-{step:08d}"
+            for name, enc in (("query_encoder", q), ("doc_encoder", d)):
+                enc.step = step
+                if not (snapshot / name / "realm_retriever.json").is_file():
+                    enc.save_pretrained(snapshot / name, tokenizer_source=config.reader_encoder)
+            doc_dir = str(snapshot / "doc_encoder")
+        snapshot_embed = embed.model_copy(update={"doc_encoder": doc_dir})
+        if refresh_index is not None:
+            refresh_index(snapshot_embed, str(run_root))
+        else:
+            emb = run_embed_blocks(store, blocks_ref, snapshot_embed)
+            run_build_index(store, emb.ref, blocks_ref, index_config, index_store=run_store)
+        return index_at(step)
+
+    def index_at(step: int) -> IndexHandle:
+        index, art = load_index(run_store, step)
+        if art.manifest["inputs"]["blocks"] != blocks_ref.content_hash:
+            raise ConfigError(f"{art.path}: index built from other blocks than {blocks_ref.path}")
+        if index.dim != query_encoder.projection_dim:
+            raise ConfigError(f"{art.path}: index dimension {index.dim} != query embedding "
+                              f"dimension {query_encoder.projection_dim}")
+        return IndexHandle(index, step)
+
+    retrieving = config.retrieval == "realm"
+    if retrieving and not (run_root / "index" / f"v{base_step:08d}").is_dir():
+        build(query_encoder, doc_encoder, base_step)
+    refresher = IndexRefresher(build, config.sync_refresh) if retrieving and not config.freeze_retriever else None
+    checkpoints = Path(store.root) / "checkpoints" / f"pretrain-{key}"
+    t0 = time.perf_counter()
+    try:
+        curves = train_realm(RealmModels(reader, query_encoder, doc_encoder), data, config,
+                             index_at if retrieving else None, refresher, base_step, checkpoints,
+                             progress or NoProgress())
+    finally:
+        if refresher is not None:
+            refresher.close()
+    wall = time.perf_counter() - t0
+    final_eval = curves.evals[-1]
+    tail = curves.steps[-min(20, len(curves.steps)):]
+    stats = {
+        "steps": config.steps, "retrieval": config.retrieval, "masking": masking.strategy,
+        "train_examples": len(train), "heldout_examples": len(heldout),
+        "heldout_span_accuracy": round(final_eval["span_accuracy"], 4),
+        "heldout_retrieval_utility": round(final_eval["retrieval_utility"], 4),
+        "heldout_p_null": round(final_eval["p_null"], 4),
+        "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
+        "wall_seconds": round(wall, 1),
+        "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
+        "refreshes_skipped": refresher.skipped if refresher else 0,
+    }
+    report = ("### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
+              + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
+    query_encoder.step = doc_encoder.step = base_step + config.steps
+    with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
+                     inputs=inputs, replace=force) as out:
+        reader.save_pretrained(out.tmp / "reader")
+        tokenizer.save_pretrained(str(out.tmp / "reader"))
+        for name, enc in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
+            enc.eval()
+            enc.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
+        out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
+        out.table("pretrain_eval").write(curves.evals)
+        plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
+                    out.file("pretrain_curves.png"), f"REALM pretraining ({config.retrieval})")
+        out.extra_manifest.update({"stats": stats, "report": report, "step": base_step + config.steps,
+                                   "example_counts": dict(counts)})
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    hit = store.lookup(KIND, key)
+    assert hit is not None
+    return StageResult(hit.ref, False, stats, report)

@@ -1,0 +1,119 @@
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from realm_core.config import BUNDLED_ENCODER, PretrainConfig
+from realm_core.encoders import load_tokenizer
+from realm_core.pretrain.batches import BlockTexts, reader_batch, retrieve_candidates
+from realm_core.pretrain.loop import PretrainData, RealmModels, batch_metrics, realm_forward
+from realm_core.pretrain.reader import KnowledgeAugmentedEncoder, marginal_likelihood
+from realm_core.pretrain.refresh import IndexHandle
+from realm_core.retrieval.embed import embed_texts
+from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.index import MipsIndex
+from realm_core.spans.masking import MaskedExample
+
+
+def test_marginal_likelihood_is_logsumexp_of_prior_plus_reader() -> None:
+    # B=1, K=3 (null, z1, empty slot), M=2 masked tokens, V=2
+    p = torch.tensor([[[0.5, 0.5], [0.9, 0.1]], [[0.2, 0.8], [0.6, 0.4]], [[0.3, 0.7], [0.3, 0.7]]])
+    token_log_probs = p.log().unsqueeze(0)  # (1, 3, 2, 2)
+    targets = torch.tensor([[1, 0]])
+    scores = torch.tensor([[0.0, math.log(3.0), 5.0]])
+    block_mask = torch.tensor([[True, True, False]])
+    out = marginal_likelihood(token_log_probs, targets, torch.tensor([[True, True]]), scores, block_mask)
+    # p(z|x) = (1/4, 3/4) over the two real slots; p(y|x,z) = 0.5*0.9 and 0.8*0.6
+    expected = math.log(0.25 * 0.45 + 0.75 * 0.48)
+    assert float(out.log_p_y[0]) == pytest.approx(expected, abs=1e-6)
+    assert float(out.loss) == pytest.approx(-expected, abs=1e-6)
+    assert out.log_p_z[0, 2] == float("-inf")
+    # a masked-out target position does not count
+    half = marginal_likelihood(token_log_probs, targets, torch.tensor([[True, False]]), scores, block_mask)
+    assert float(half.log_p_y[0]) == pytest.approx(math.log(0.25 * 0.5 + 0.75 * 0.8), abs=1e-6)
+
+
+BLOCKS = pa.table({"block_id": [0, 1, 2, 3], "doc_id": ["a:1", "a:1", "b:2", "c:3"],
+                   "title": ["Ada Lovelace", "Ada Lovelace", "ada lovelace", "Charles Babbage"],
+                   "text": ["Ada wrote the first program.", "She was born in London.",
+                            "Ada Lovelace was a mathematician.", "Babbage designed the Analytical Engine."]})
+
+
+def _example(tok, text: str, block_id: int) -> MaskedExample:  # type: ignore[no-untyped-def]
+    ids = tok(text)["input_ids"]
+    return MaskedExample([ids[0], tok.mask_token_id, *ids[2:]], [1], [ids[1]], block_id,
+                         str(BLOCKS["doc_id"][block_id]), 0)
+
+
+def test_trivial_retrievals_are_dropped_by_article_and_title() -> None:
+    blocks = BlockTexts.from_table(BLOCKS)
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    ex = _example(tok, "London is big.", 1)
+    got = retrieve_candidates(np.array([[1, 0, 2, 3, -1]]), [ex], blocks, 2)
+    # blocks 0/1 share its doc id, block 2 its title (another corpus, same article)
+    assert got.tolist() == [[3, -1]]
+
+
+def test_reader_layout_is_query_then_block() -> None:
+    blocks = BlockTexts.from_table(BLOCKS)
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    ex = _example(tok, "London is big.", 1)
+    batch = reader_batch([ex], np.array([[3, -1]]), blocks, tok, reader_length=12)
+    rows = batch.input_ids[0]
+    null = tok.convert_ids_to_tokens(rows[0][batch.attention_mask[0][0].bool()])
+    assert null == ["[CLS]", "[MASK]", "is", "big", ".", "[SEP]"]
+    z = tok.convert_ids_to_tokens(rows[1][batch.attention_mask[0][1].bool()])
+    title, body = tok.tokenize("Charles Babbage"), tok.tokenize("Babbage designed the Analytical Engine.")
+    expected = [*null, *title, "[SEP]", *body][:11] + ["[SEP]"]  # cut to reader_length, closed
+    assert z == expected
+    assert batch.block_mask.tolist() == [[True, True, False]]
+    assert batch.masked_positions.tolist() == [[1]] and batch.targets.tolist() == [[ex.targets[0]]]
+
+
+def test_gradients_reach_the_reader_and_both_retriever_encoders() -> None:
+    torch.manual_seed(0)
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    blocks = BlockTexts.from_table(BLOCKS)
+    q = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
+    d = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
+    vectors = embed_texts(d, tok, BLOCKS["title"].to_pylist(), BLOCKS["text"].to_pylist(), 32, 4)
+    index = MipsIndex.build(16, "Flat")
+    index.add(vectors, np.arange(4))
+    models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(BUNDLED_ENCODER, dropout=0.0), q, d)
+    data = PretrainData([], [], blocks, tok)
+    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
+    ex = _example(tok, "Ada was a mathematician in London.", 1)
+    out, batch, scores = realm_forward(models, [ex], IndexHandle(index, 0), data, config)
+    out.loss.backward()
+    assert batch.block_ids[0, 0] == -1 and set(batch.block_ids[0, 1:]) <= {2, 3, -1}
+    for module in (models.reader, q, d):
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+    metrics = batch_metrics(out, batch, scores)
+    assert 0.0 <= metrics["p_null"] <= 1.0 and metrics["span_accuracy"] in (0.0, 1.0)
+
+
+def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder() -> None:
+    torch.manual_seed(0)
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    blocks = BlockTexts.from_table(BLOCKS)
+    q = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
+    d = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
+    vectors = embed_texts(d, tok, BLOCKS["title"].to_pylist(), BLOCKS["text"].to_pylist(), 32, 4)
+    index = MipsIndex.build(16, "Flat")
+    index.add(vectors, np.arange(4))
+    assert np.array_equal(index.reconstruct(np.array([[3, -1]])), np.stack([vectors[3], np.zeros(16)])[None])
+    models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(BUNDLED_ENCODER, dropout=0.0), q, d)
+    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, relevance="index")
+    ex = _example(tok, "Ada was a mathematician in London.", 1)
+    out, batch, scores = realm_forward(models, [ex], IndexHandle(index, 0), PretrainData([], [], blocks, tok), config)
+    with torch.no_grad():
+        query = q(*[torch.tensor([ex.input_ids]), torch.ones(1, len(ex.input_ids), dtype=torch.long)])
+    for slot in (1, 2):
+        z = int(batch.block_ids[0, slot])
+        if z >= 0:
+            assert float(scores[0, slot]) == pytest.approx(float(query[0] @ torch.from_numpy(vectors[z])), abs=1e-4)
+    out.loss.backward()
+    assert any(float(p.grad.abs().sum()) > 0 for p in q.parameters() if p.grad is not None)

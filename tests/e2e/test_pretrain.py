@@ -1,0 +1,110 @@
+"""REALM pretraining on the tiny preset: kill and resume, the null-only baseline, bad warm starts."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore
+from realm_core.blocks import run_chunk
+from realm_core.config import PipelineConfig, load_config
+from realm_core.errors import ConfigError
+from realm_core.ingest.stage import run_ingest
+from realm_core.pretrain.stage import run_pretrain
+from realm_core.retrieval.versions import versions
+from realm_core.retrieval.warm_start import run_warm_start_ict
+from realm_core.spans.mining import run_mine_spans
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PipelineConfig, dict[str, ArtifactRef]]:
+    cfg = load_config("tiny")
+    root = tmp_path_factory.mktemp("upstream") / "art"
+    store = ArtifactStore(root)
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    return root, cfg, {"blocks": blocks.ref, "spans": spans.ref, "ict": ict.ref}
+
+
+class Killed(Exception):
+    pass
+
+
+class KillAfter:
+    """A progress reporter that dies after `n` steps (after that step, before its checkpoint)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    def start(self, description: str, total: int | None, unit: str) -> None:
+        self.seen = 0
+
+    def advance(self, n: int = 1) -> None:
+        self.seen += n
+        if self.seen >= self.n:
+            raise Killed
+
+    def finish(self) -> None:
+        pass
+
+
+def _copy(upstream: tuple[Path, PipelineConfig, dict[str, ArtifactRef]], dest: Path) -> tuple[ArtifactStore, dict[str, ArtifactRef]]:
+    root, _, refs = upstream
+    shutil.copytree(root, dest)
+    moved = {k: ArtifactRef(r.kind, r.path.replace(str(root), str(dest)), r.content_hash) for k, r in refs.items()}
+    return ArtifactStore(dest), moved
+
+
+def _pretrain(store: ArtifactStore, refs: dict[str, ArtifactRef], cfg: PipelineConfig, progress=None, **over):  # type: ignore[no-untyped-def]
+    p = cfg.pretrain.model_copy(update=over)
+    return run_pretrain(store, refs["blocks"], refs["spans"], refs["ict"] if p.warm_start != "none" else None,
+                        p, cfg.masking, cfg.embed, cfg.index, progress)
+
+
+def test_killed_and_resumed_run_ends_with_the_uninterrupted_parameters(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, cfg, _ = upstream
+    a_store, a_refs = _copy(upstream, tmp_path / "a")
+    b_store, b_refs = _copy(upstream, tmp_path / "b")
+    full = _pretrain(a_store, a_refs, cfg)
+    with pytest.raises(Killed):
+        _pretrain(b_store, b_refs, cfg, KillAfter(3))  # step 2's checkpoint is on disk, step 3's is not
+    assert not list((tmp_path / "b").glob("realm_model/*"))
+    resumed = _pretrain(b_store, b_refs, cfg)
+    for part in ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/model.safetensors",
+                 "doc_encoder/projection.safetensors"):
+        x, y = load_file(f"{full.ref.path}/{part}"), load_file(f"{resumed.ref.path}/{part}")
+        assert x.keys() == y.keys()
+        for name in x:
+            assert float((x[name] - y[name]).abs().max()) <= 1e-6, (part, name)
+    metrics = a_store.open(full.ref).read_table("pretrain_metrics").to_pylist()
+    assert [r["step"] for r in metrics] == [1, 2, 3, 4]
+    # tiny: ICT ends at retriever step 4, pretraining refreshes at its step 2 -> index v6 (sync)
+    assert [r["index_step"] for r in metrics] == [4, 4, 6, 6]
+    run_dir = next((tmp_path / "a" / "runs").iterdir())
+    assert versions(ArtifactStore(run_dir)) == [4, 6]
+    assert full.stats["heldout_examples"] > 0 and full.stats["refreshes_skipped"] == 0
+
+
+def test_null_only_baseline_never_retrieves(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, cfg, _ = upstream
+    store, refs = _copy(upstream, tmp_path / "c")
+    result = _pretrain(store, refs, cfg, retrieval="null_only", steps=2)
+    metrics = store.open(result.ref).read_table("pretrain_metrics").to_pylist()
+    assert {r["p_null"] for r in metrics} == {1.0}
+    assert {r["retrieval_utility"] for r in metrics} == {0.0}
+    assert not (tmp_path / "c" / "runs").exists() or not list((tmp_path / "c" / "runs").glob("*/index/v*"))
+
+
+def test_a_warm_start_with_another_vocabulary_is_refused_before_training(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, cfg, _ = upstream
+    store, refs = _copy(upstream, tmp_path / "d")
+    vocab = Path(refs["ict"].path) / "query_encoder" / "vocab.txt"
+    vocab.write_text(vocab.read_text() + "zzzextraword\n")
+    (Path(refs["ict"].path) / "query_encoder" / "tokenizer.json").unlink(missing_ok=True)
+    with pytest.raises(ConfigError, match="query_encoder: warm-start encoder has another tokenizer"):
+        _pretrain(store, refs, cfg)
+    assert not (tmp_path / "d" / "checkpoints").exists() or not list((tmp_path / "d" / "checkpoints").iterdir())
