@@ -24,13 +24,21 @@ def main() -> int:
 
     store = ArtifactStore(result["root"])
     print("\nrealm demo finished.")
+    data_stages = {"ingest", "chunk", "spans"}
     for name, stage in result["stages"].items():
-        rows = store.open(stage["artifact"]).manifest["rows"]
-        counts = ", ".join(f"{n:,} {table}" for table, n in rows.items()) or ", ".join(
-            f"{k} {v}" for k, v in stage["stats"].items() if isinstance(v, (int, str)))
-        print(f"  {name:<8} {'cache hit' if stage['cached'] else 'computed':<9} "
-              f"{stage['seconds']:>7.1f}s  {counts}")
-        print(f"           {stage['artifact']}")
+        manifest = store.open(stage["artifact"]).manifest
+        if name in data_stages:
+            summary = ", ".join(f"{n:,} {table}" for table, n in manifest["rows"].items())
+        else:
+            summary = ", ".join(f"{k} {v}" for k, v in list(stage["stats"].items())[:6]
+                                if isinstance(v, (int, float, str)))
+        print(f"  {name:<14} {'cache hit' if stage['cached'] else 'computed':<9} "
+              f"{stage['seconds']:>7.1f}s  {summary}")
+        print(f"                 {stage['artifact']}")
+    evaluation = result["stages"].get("retrieval_eval")
+    if evaluation is not None:
+        print("\nretrieval (SQuAD-open: articles 30-39 against every block):")
+        print(store.open(evaluation["artifact"]).manifest["report"])
     print(f"  results:  {result['root']}")
     print(f"  report:   {result['report']}")
     print("  inspect one with: .venv/bin/realm inspect <artifact dir>")

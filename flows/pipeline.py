@@ -54,6 +54,7 @@ def full_pipeline(preset: str = "demo", config_file: str | None = None,
         config=cfg.pretrain, masking=cfg.masking, embed=cfg.embed, index=cfg.index, root=root)
     md = summary_markdown(preset, stages)
     create_markdown_artifact(markdown=md, key="realm-pipeline", description="stage summary")
+    md += "".join(f"\n\n## {name}\n\n{r['report']}" for name, r in stages.items() if r.get("report"))
     reports = Path(root).parent / "reports" if "://" not in root else None
     report_path = None
     if reports is not None:

@@ -58,4 +58,5 @@ def run_stage(stage: str, run: Callable[[Progress], Any]) -> dict[str, Any]:
     result = run(run_progress())
     seconds = time.perf_counter() - t0
     publish_stage_report(stage, result.ref, result.cached, result.stats, seconds, result.report)
-    return {"ref": result.ref, "cached": result.cached, "stats": result.stats, "seconds": seconds}
+    return {"ref": result.ref, "cached": result.cached, "stats": result.stats, "seconds": seconds,
+            "report": result.report}
