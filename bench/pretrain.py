@@ -27,8 +27,7 @@ from realm_core.config import load_config, work_dir
 from realm_core.curves import plot_curves
 from realm_core.ingest.stage import run_ingest
 from realm_core.pretrain.stage import run_pretrain
-from realm_core.retrieval.stage import run_build_index, run_embed_blocks
-from realm_core.retrieval.warm_start import doc_encoder_dir, run_warm_start_ict
+from realm_core.retrieval.warm_start import run_warm_start_ict
 from realm_core.spans.mining import run_mine_spans
 
 
@@ -43,8 +42,6 @@ def main() -> None:
     blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
     spans = run_mine_spans(store, blocks.ref, cfg.spans)
     ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
-    emb = run_embed_blocks(store, blocks.ref, cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(ict.ref)}))
-    run_build_index(store, emb.ref, blocks.ref, cfg.index)
     runs = {}
     for name, over in (("REALM", {}), ("null only", {"retrieval": "null_only"})):
         p = cfg.pretrain.model_copy(update=over)

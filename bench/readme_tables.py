@@ -75,7 +75,7 @@ def embed_table(result: dict) -> str:
 
 def retrieval_table(result: dict) -> str:
     res = result["results"]
-    datasets = list(res)
+    datasets = sorted(res, key=lambda d: d != "squad-open")  # the headline set first
     metrics = res[datasets[0]]["metrics"]
     head = " | ".join(f"{d} {m}" for d in datasets for m in metrics)
     lines = [f"| retriever | {head} |", "|---|" + "---:|" * (len(datasets) * len(metrics))]
@@ -87,8 +87,8 @@ def retrieval_table(result: dict) -> str:
     sizes = "; ".join(f"{d}: {res[d]['questions']:,} questions over {res[d]['blocks']:,} blocks"
                       for d in datasets)
     lines += ["", f"{sizes}. ICT: {ict['steps']} steps of {ict['batch_size']} on {ict['usable_blocks']:,} "
-              f"blocks, in-batch loss {ict['first_loss']} -> {ict['final_loss']}, accuracy "
-              f"{ict['final_in_batch_accuracy']}, {ict['train_seconds']:.0f} s.",
+              f"blocks, in-batch loss {ict['first_loss']:.2f} -> {ict['final_loss']:.2f}, in-batch accuracy "
+              f"{ict['final_in_batch_accuracy']:.2f}, {ict['train_seconds']:.0f} s of training.",
               "", f"Approximate search on the {ann['blocks']:,} real ICT block embeddings "
               f"({ann['queries']:,} block queries, recall@10 against exact search): "
               + ", ".join(f"`{a['factory']}` {a['recall_at_10']:.3f}" for a in ann["indexes"]) + "."]
@@ -107,7 +107,9 @@ def pretrain_table(result: dict) -> str:
                      f"{s['heldout_p_null']:.3f} | {s['final_loss']:.2f} | "
                      f"{100 * s['blocked_on_index_fraction']:.1f}% | {s['wall_seconds']:.0f} |")
     realm = result["runs"]["REALM"]["stats"]
-    lines += ["", f"{realm['heldout_examples']:,} held-out masked salient spans (articles never trained on), "
+    evaluated = int(result["runs"]["REALM"]["eval"][-1]["examples"])
+    lines += ["", f"Held-out: {evaluated} of the {realm['heldout_examples']:,} masked salient spans from "
+              "articles never trained on; "
               f"{realm['train_examples']:,} training examples; refresh every {b['refresh_every']} steps, "
               f"{'synchronous' if b['sync_refresh'] else 'asynchronous'}; relevance `{b['relevance']}`; "
               f"masking `{b['masking']}`."]

@@ -211,8 +211,9 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
                                   "systems": t.results} for t in tasks}
     specs = [{"name": s.name, "note": s.note} for s in systems]
     report = results_markdown(results, specs)
-    stats = {t.questions.name: {s: round(m[f"R@{config.ks[min(1, len(config.ks) - 1)]}"], 3)
-                                for s, m in t.results.items()} for t in tasks}
+    headline = f"R@{5 if 5 in config.ks else config.ks[0]}"
+    stats = {f"{t.questions.name} {headline} {s}": round(m[headline], 3)
+             for t in tasks for s, m in t.results.items()}
     with store.write(KIND, key, config=config.model_dump(mode="json"),
                      config_hash=config.config_hash(), inputs=inputs) as out:
         out.table("retrieval_results").write(rows)
