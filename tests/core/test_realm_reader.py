@@ -1,4 +1,5 @@
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -72,48 +73,53 @@ def test_reader_layout_is_query_then_block() -> None:
     assert batch.masked_positions.tolist() == [[1]] and batch.targets.tolist() == [[ex.targets[0]]]
 
 
-def test_gradients_reach_the_reader_and_both_retriever_encoders() -> None:
+@dataclass
+class Setup:
+    models: RealmModels
+    index: MipsIndex
+    vectors: np.ndarray
+    data: PretrainData
+    example: MaskedExample
+
+
+@pytest.fixture
+def setup() -> Setup:
+    """Fresh encoders and reader (the tests backpropagate) over the four BLOCKS, indexed."""
     torch.manual_seed(0)
     tok = load_tokenizer(BUNDLED_ENCODER)
-    blocks = BlockTexts.from_table(BLOCKS)
     q = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
     d = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
     vectors = embed_texts(d, tok, BLOCKS["title"].to_pylist(), BLOCKS["text"].to_pylist(), 32, 4)
     index = MipsIndex.build(16, "Flat")
     index.add(vectors, np.arange(4))
     models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(BUNDLED_ENCODER, dropout=0.0), q, d)
-    data = PretrainData([], [], blocks, tok)
+    return Setup(models, index, vectors, PretrainData([], [], BlockTexts.from_table(BLOCKS), tok),
+                 _example(tok, "Ada was a mathematician in London.", 1))
+
+
+def test_gradients_reach_the_reader_and_both_retriever_encoders(setup: Setup) -> None:
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
-    ex = _example(tok, "Ada was a mathematician in London.", 1)
-    out, batch, scores = realm_forward(models, [ex], IndexHandle(index, 0), data, config)
+    out, batch, scores = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data, config)
     out.loss.backward()
-    assert batch.block_ids[0, 0] == -1 and set(batch.block_ids[0, 1:]) <= {2, 3, -1}
-    for module in (models.reader, q, d):
+    assert batch.block_ids[0].tolist() == [-1, 3, -1]  # own article (blocks 0-2) excluded
+    for module in setup.models.modules().values():
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         assert grads and any(float(g.abs().sum()) > 0 for g in grads)
     metrics = batch_metrics(out, batch, scores)
     assert 0.0 <= metrics["p_null"] <= 1.0 and metrics["span_accuracy"] in (0.0, 1.0)
 
 
-def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder() -> None:
-    torch.manual_seed(0)
-    tok = load_tokenizer(BUNDLED_ENCODER)
-    blocks = BlockTexts.from_table(BLOCKS)
-    q = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
-    d = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 16, seed=0, dropout=0.0)
-    vectors = embed_texts(d, tok, BLOCKS["title"].to_pylist(), BLOCKS["text"].to_pylist(), 32, 4)
-    index = MipsIndex.build(16, "Flat")
-    index.add(vectors, np.arange(4))
+def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder(setup: Setup) -> None:
+    index, vectors, ex = setup.index, setup.vectors, setup.example
     assert np.array_equal(index.reconstruct(np.array([[3, -1]])), np.stack([vectors[3], np.zeros(16)])[None])
-    models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(BUNDLED_ENCODER, dropout=0.0), q, d)
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, relevance="index")
-    ex = _example(tok, "Ada was a mathematician in London.", 1)
-    out, batch, scores = realm_forward(models, [ex], IndexHandle(index, 0), PretrainData([], [], blocks, tok), config)
+    out, batch, scores = realm_forward(setup.models, [ex], IndexHandle(index, 0), setup.data, config)
+    q = setup.models.query_encoder
     with torch.no_grad():
-        query = q(*[torch.tensor([ex.input_ids]), torch.ones(1, len(ex.input_ids), dtype=torch.long)])
-    for slot in (1, 2):
-        z = int(batch.block_ids[0, slot])
-        if z >= 0:
-            assert float(scores[0, slot]) == pytest.approx(float(query[0] @ torch.from_numpy(vectors[z])), abs=1e-4)
+        query = q(torch.tensor([ex.input_ids]), torch.ones(1, len(ex.input_ids), dtype=torch.long))
+    # blocks 0-2 are the query's own article (doc id or title): only block 3 is left to retrieve
+    assert batch.block_ids[0].tolist() == [-1, 3, -1]
+    expected = float(query[0] @ torch.from_numpy(vectors[3]))
+    assert scores[0, 1].item() == pytest.approx(expected, abs=1e-4)
     out.loss.backward()
     assert any(float(p.grad.abs().sum()) > 0 for p in q.parameters() if p.grad is not None)
