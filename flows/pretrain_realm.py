@@ -10,7 +10,7 @@ from prefect import flow
 
 from flows.refresh_index import refresh_index
 from flows.settings import resolve
-from flows.warm_start import _upstream
+from flows.warm_start import blocks_and_spans
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from tasks.pretrain import pretrain_realm as pretrain_task
@@ -29,7 +29,7 @@ def pretrain_realm(blocks: ArtifactRef | None = None, spans: ArtifactRef | None 
     cfg, root = resolve(preset, None, None, root)
     config = config or cfg.pretrain
     if blocks is None or spans is None:
-        blocks, spans = _upstream(preset, root)
+        blocks, spans = blocks_and_spans(preset, root)
     if retriever is None and config.warm_start == "ict":
         retriever = warm_start_ict(blocks, spans, cfg.ict, root)["ref"]
     index = index or cfg.index

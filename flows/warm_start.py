@@ -16,7 +16,8 @@ from tasks.retrieval import warm_start_ict as ict_task
 from tasks.spans import mine_salient_spans
 
 
-def _upstream(preset: str, root: str) -> tuple[ArtifactRef, ArtifactRef]:
+def blocks_and_spans(preset: str, root: str) -> tuple[ArtifactRef, ArtifactRef]:
+    """The preset's blocks and salient spans, through the cache (tasks in the calling flow)."""
     cfg, _ = resolve(preset, None, None, root)
     docs = ingest_documents(cfg.ingest, root)["ref"]
     blocks: ArtifactRef = chunk_blocks(docs, cfg.chunk, root)["ref"]
@@ -33,7 +34,7 @@ def warm_start_ict(blocks: ArtifactRef | None = None, spans: ArtifactRef | None 
     checkpoint when rerun. Without `blocks`/`spans`, resolves them through the cache."""
     cfg, root = resolve(preset, None, None, root)
     if blocks is None or spans is None:
-        blocks, spans = _upstream(preset, root)
+        blocks, spans = blocks_and_spans(preset, root)
     return ict_task(blocks, spans, config or cfg.ict, root, force)
 
 
@@ -46,7 +47,7 @@ def evaluate_retrieval(blocks: ArtifactRef | None = None, retriever: ArtifactRef
     same run. Without `blocks`/`retriever`, resolves them (and trains ICT) through the cache."""
     cfg, root = resolve(preset, None, None, root)
     if blocks is None or retriever is None:
-        blocks, spans = _upstream(preset, root)
+        blocks, spans = blocks_and_spans(preset, root)
         retriever = ict_task(blocks, spans, ict or cfg.ict, root)["ref"]
     return evaluate_task(blocks, retriever, embed or cfg.embed, ict or cfg.ict,
                          config or cfg.retrieval_eval, root)
