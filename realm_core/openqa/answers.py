@@ -39,6 +39,11 @@ def has_answer(answers: Iterable[str], block_tokens: str) -> bool:
     return False
 
 
+def regex_match(patterns: Iterable[str], text: str) -> bool:
+    """CuratedTREC (DrQA, REALM): does any answer regex match, case-insensitively, anywhere?"""
+    return any(re.search(p, text, flags=re.IGNORECASE) is not None for p in patterns)
+
+
 def normalize_answer(text: str) -> str:
     text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
     return " ".join(_ARTICLES.sub(" ", text).split())

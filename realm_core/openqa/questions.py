@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from realm_core.errors import InputError
 
@@ -16,6 +16,7 @@ class Question:
     question: str
     answers: tuple[str, ...]
     dataset: str
+    match: Literal["text", "regex"] = "text"  # CuratedTREC's answers are regexes
 
 
 @dataclass
