@@ -285,6 +285,21 @@ def evaluate_retrieval(preset: Preset = "demo", config: ConfigFile = None,
 
 
 @app.command()
+def questions(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+              root: Root = None) -> None:
+    """Open-QA benchmarks -> one [bold]questions[/] table: NQ-open, WebQuestions, CuratedTREC (answer regexes), SQuAD-open split by article; every dropped line counted by reason.
+
+    Example: realm questions --preset demo"""
+    from realm_core.openqa.stage import run_load_questions
+
+    with _errors():
+        cfg, store = _setup(preset, config, overrides, root)
+        result = run_load_questions(store, cfg.questions)
+        _report("questions", result.ref, result.cached, {})
+        out.print(result.report)
+
+
+@app.command()
 def inspect(artifact: Annotated[str, typer.Argument(help="artifact directory (or fsspec URL)")],
             rows: Annotated[int, typer.Option(help="sample rows to show per table")] = 3) -> None:
     """Show an artifact's manifest, row counts and a few sample rows."""

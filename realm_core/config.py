@@ -141,6 +141,38 @@ class RetrievalEvalConfig(StageConfig):
     batch_size: int = Field(64, ge=1)
 
 
+QuestionKind = Literal["nq_open", "dpr_topics", "webquestions", "curatedtrec", "squad"]
+
+
+class QuestionSource(StageConfig):
+    """One open-QA question file and the split it provides."""
+
+    kind: QuestionKind
+    path: str
+    dataset: str = Field(description="table name: nq, wq, ct, squad-open, ...")
+    split: Literal["train", "dev", "test"]
+    articles: tuple[int, int] | None = Field(None, description="squad only: first and last article")
+
+
+def _openqa_sources() -> tuple[QuestionSource, ...]:
+    squad = "data:squad/squad-v1.1-dev.articles-00-39.json"
+    return tuple(QuestionSource(**s) for s in (
+        {"kind": "nq_open", "path": "data:openqa/NQ-open.dev.jsonl", "dataset": "nq", "split": "test"},
+        {"kind": "webquestions", "path": "data:openqa/webquestions/test.json", "dataset": "wq", "split": "test"},
+        {"kind": "curatedtrec", "path": "data:openqa/curatedtrec/large2470-test.tsv", "dataset": "ct",
+         "split": "test"},
+        {"kind": "squad", "path": squad, "dataset": "squad-open", "split": "train", "articles": (0, 29)},
+        {"kind": "squad", "path": squad, "dataset": "squad-open", "split": "dev", "articles": (30, 34)},
+        {"kind": "squad", "path": squad, "dataset": "squad-open", "split": "test", "articles": (35, 39)},
+    ))
+
+
+class QuestionsConfig(StageConfig):
+    """Open-QA questions of every benchmark into one `questions` artifact (REALM Table 1)."""
+
+    sources: tuple[QuestionSource, ...] = Field(default_factory=_openqa_sources)
+
+
 class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
@@ -213,6 +245,7 @@ class PipelineConfig(StageConfig):
     embed: EmbedConfig = EmbedConfig()
     index: IndexConfig = IndexConfig()
     retrieval_eval: RetrievalEvalConfig = RetrievalEvalConfig()
+    questions: QuestionsConfig = QuestionsConfig()
     ict: ICTConfig = ICTConfig()
     pretrain: PretrainConfig = PretrainConfig()
 

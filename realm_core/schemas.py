@@ -75,6 +75,15 @@ RETRIEVAL_RESULTS = TableSchema("retrieval_results", 1, pa.schema([
     ("top_block_ids", pa.list_(pa.int64())),
 ]))
 
+QUESTIONS = TableSchema("questions", 1, pa.schema([
+    ("dataset", pa.string()),      # nq, wq, ct, squad-open, ...
+    ("split", pa.string()),        # train | dev | test
+    ("qid", pa.string()),
+    ("question", pa.string()),
+    ("answers", pa.list_(pa.string())),
+    ("match", pa.string()),        # text (normalised exact match) | regex (CuratedTREC)
+]))
+
 PRETRAIN_METRICS = TableSchema("pretrain_metrics", 1, pa.schema([
     ("step", pa.int64()),
     ("loss", pa.float64()),              # -log p(y|x), mean over the batch
@@ -99,5 +108,5 @@ PRETRAIN_EVAL = TableSchema("pretrain_eval", 1, pa.schema([
 ]))
 
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
-                                                       ICT_CURVE, RETRIEVAL_RESULTS, PRETRAIN_METRICS,
-                                                       PRETRAIN_EVAL)}
+                                                       ICT_CURVE, RETRIEVAL_RESULTS, QUESTIONS,
+                                                       PRETRAIN_METRICS, PRETRAIN_EVAL)}

@@ -64,3 +64,19 @@ def test_the_bundled_benchmarks_load_without_silent_drops(shared_data: Path) -> 
     assert len(wq.questions) + sum(wq.dropped.values()) == 2032
     ct = curated_trec(o / "curatedtrec" / "large2470-test.tsv")
     assert len(ct.questions) + sum(ct.dropped.values()) == 766
+
+
+def test_questions_stage_writes_one_table_and_reports_drops(shared_data: Path, tmp_path: Path) -> None:
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.config import QuestionsConfig
+    from realm_core.openqa.stage import run_load_questions
+
+    store = ArtifactStore(tmp_path / "art")
+    result = run_load_questions(store, QuestionsConfig())
+    assert result.stats["nq/test"] == 3610 and result.stats["wq/test"] == 2032
+    assert result.stats["squad-open/dev"] + result.stats["squad-open/test"] == 1971  # articles 30-39
+    table = store.open(result.ref).read_table("questions")
+    assert table.num_rows == sum(v for v in result.stats.values() if isinstance(v, int))
+    assert set(table.column("match").to_pylist()) == {"text", "regex"}
+    assert "| ct | test | 766 | none |" in result.report and "| squad-open | test | 1,034 | none |" in result.report
+    assert run_load_questions(store, QuestionsConfig()).cached is True

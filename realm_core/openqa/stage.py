@@ -1,0 +1,55 @@
+"""The questions stage: every open-QA benchmark file into one `questions` artifact, with what
+each reader dropped (and why) in the manifest and the stage report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from realm_core.artifacts import ArtifactStore, StageResult, artifact_key, code_version, sha256_file
+from realm_core.config import QuestionsConfig, QuestionSource, resolve_data_path
+from realm_core.errors import ConfigError
+from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions
+from realm_core.openqa.questions import QuestionSet, squad_questions
+
+KIND = "questions"
+CODE = ("realm_core.openqa.stage", "realm_core.openqa.datasets", "realm_core.openqa.questions")
+
+
+def read_source(source: QuestionSource) -> QuestionSet:
+    path = resolve_data_path(source.path)
+    if source.kind == "squad":
+        if source.articles is None:
+            raise ConfigError(f"{source.path}: a squad question source needs `articles` (first, last)")
+        return squad_questions(path, source.articles, source.dataset)
+    reader = {"nq_open": nq_open, "dpr_topics": dpr_topics, "webquestions": web_questions,
+              "curatedtrec": curated_trec}[source.kind]
+    return reader(path, source.dataset)
+
+
+def run_load_questions(store: ArtifactStore, config: QuestionsConfig) -> StageResult:
+    inputs = {f"{s.dataset}/{s.split}/{i}": sha256_file(resolve_data_path(s.path))
+              for i, s in enumerate(config.sources)} | {"code": code_version(CODE)}
+    key = artifact_key(config.config_hash(), inputs)
+    if (hit := store.lookup(KIND, key)) is not None:
+        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    rows: list[dict[str, Any]] = []
+    stats: dict[str, Any] = {}
+    lines = ["| dataset | split | questions | dropped |", "|---|---|---:|---|"]
+    for source in config.sources:
+        qs = read_source(source)
+        rows += [{"dataset": source.dataset, "split": source.split, "qid": q.qid, "question": q.question,
+                  "answers": list(q.answers), "match": q.match} for q in qs.questions]
+        stats[f"{source.dataset}/{source.split}"] = len(qs.questions)
+        counted = {reason: n for reason, n in qs.dropped.items() if n}
+        if counted:
+            stats[f"{source.dataset}/{source.split} dropped"] = counted
+        dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(counted.items())) or "none"
+        lines.append(f"| {source.dataset} | {source.split} | {len(qs.questions):,} | {dropped} |")
+    report = "\n".join(lines)
+    with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
+                     inputs=inputs) as out:
+        out.table("questions").write(rows)
+        out.extra_manifest.update({"stats": stats, "report": report})
+    hit = store.lookup(KIND, key)
+    assert hit is not None
+    return StageResult(hit.ref, False, stats, report)
