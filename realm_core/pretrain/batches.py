@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from realm_core.retrieval.embed import pad_sequences
 from realm_core.spans.masking import MaskedExample
 
 NULL_BLOCK = -1
@@ -88,12 +89,8 @@ def reader_batch(examples: list[MaskedExample], candidates: np.ndarray, blocks: 
                 title = titles[i][:max(room, 0)]
                 seq += title + [sep] + bodies[i][:max(room - len(title), 0)] + [sep]
             seqs.append(seq[:reader_length - 1] + [sep] if len(seq) > reader_length else seq)
-    width = max(len(s) for s in seqs)
-    ids = torch.full((b * k, width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((b * k, width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
+    ids, mask = pad_sequences(seqs, tokenizer.pad_token_id)  # (B*K, T)
+    width = ids.size(1)
     m = max(len(ex.masked_positions) for ex in examples)
     positions = torch.zeros((b, m), dtype=torch.long)
     targets = torch.zeros((b, m), dtype=torch.long)
@@ -135,10 +132,5 @@ def doc_encoder_inputs(block_ids: np.ndarray, blocks: BlockTexts, tokenizer: Any
         title = titles[i][:max_length - 3]
         seqs.append([cls, *title, sep, *bodies[i][:max_length - 3 - len(title)], sep])
         i += 1
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)  # (U, T)
-    mask = torch.zeros_like(ids)
-    for r, s in enumerate(seqs):
-        ids[r, :len(s)] = torch.tensor(s)
-        mask[r, :len(s)] = 1
+    ids, mask = pad_sequences(seqs, tokenizer.pad_token_id)  # (U, T)
     return {"input_ids": ids, "attention_mask": mask}

@@ -36,6 +36,7 @@ from realm_core.pretrain.batches import (
 from realm_core.pretrain.reader import MarginalOutput, marginal_likelihood, span_predictions
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.progress import NoProgress, Progress
+from realm_core.retrieval.embed import pad_sequences
 from realm_core.spans.masking import MaskedExample
 from realm_core.training import (
     adamw,
@@ -71,16 +72,6 @@ class Curves:
     evals: list[dict[str, float]] = field(default_factory=list)
 
 
-def _query_inputs(examples: list[MaskedExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(ex.input_ids) for ex in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, Tq)
-    mask = torch.zeros_like(ids)
-    for i, ex in enumerate(examples):
-        ids[i, :len(ex.input_ids)] = torch.tensor(ex.input_ids)
-        mask[i, :len(ex.input_ids)] = 1
-    return ids, mask
-
-
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig) -> tuple[MarginalOutput, Any, torch.Tensor]:
     """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch."""
@@ -93,7 +84,8 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
     else:
         with retriever_grad:
-            q = models.query_encoder(*_query_inputs(examples, tok.pad_token_id))  # (B, D)
+            q = models.query_encoder(*pad_sequences([ex.input_ids for ex in examples],
+                                                    tok.pad_token_id))  # (B, D)
         # the (stale) index proposes; REALM §3.4: trivial retrievals (own article) are dropped
         _, ranked = index.index.search(q.detach().float().numpy(), config.top_k - 1 + config.exclusion_margin)
         candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1)  # (B, K-1)

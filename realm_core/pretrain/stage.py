@@ -110,8 +110,9 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     counts: Counter[str] = Counter()
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
     examples = list(iter_examples(blocks, spans, masking, tokenizer, counts))
-    train = [e for e in examples if not _heldout(e.doc_id, config.heldout_every)]
-    heldout = [e for e in examples if _heldout(e.doc_id, config.heldout_every)]
+    held = [_heldout(e.doc_id, config.heldout_every) for e in examples]
+    train = [e for e, h in zip(examples, held, strict=True) if not h]
+    heldout = [e for e, h in zip(examples, held, strict=True) if h]
     if len(train) < config.batch_size or not heldout:
         raise RealmError(f"{spans.path}: {len(train)} training and {len(heldout)} held-out masked "
                          f"examples; need at least batch_size={config.batch_size} and one held out")

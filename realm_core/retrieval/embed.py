@@ -26,6 +26,19 @@ def length_batches(lengths: list[int], batch_size: int) -> Iterator[list[int]]:
         yield order[start:start + batch_size]
 
 
+def pad_sequences(seqs: list[list[int]], pad_id: int) -> tuple[Any, Any]:
+    """(N, T) input ids padded with `pad_id` to the longest sequence, and the (N, T) mask."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (N, T)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (N, T)
+    for row, s in enumerate(seqs):
+        ids[row, :len(s)] = torch.tensor(s)
+        mask[row, :len(s)] = 1
+    return ids, mask
+
+
 def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size: int,
                     progress: Progress | None = None) -> np.ndarray:
     """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order."""
@@ -35,12 +48,7 @@ def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size:
     encoder.eval()
     with torch.inference_mode():
         for batch in length_batches([len(x) for x in ids], batch_size):
-            width = max(len(ids[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (B, T)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T)
-            for row, i in enumerate(batch):
-                input_ids[row, :len(ids[i])] = torch.tensor(ids[i])
-                mask[row, :len(ids[i])] = 1
+            input_ids, mask = pad_sequences([ids[i] for i in batch], pad_id)  # (B, T)
             out[batch] = encoder(input_ids, mask).float().numpy()  # (B, D)
             if progress is not None:
                 progress.advance(len(batch))
