@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from realm_core.errors import ConfigError
+from realm_core.presets import PRESETS
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
@@ -225,6 +226,9 @@ class PretrainConfig(StageConfig):
     warmup_steps: int = Field(10_000, ge=0)
     refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")
     sync_refresh: bool = Field(False, description="wait for each refresh (deterministic; tests)")
+    exclusion: Literal["block", "article"] = Field(
+        "block", description="trivial retrievals dropped: the query's own block and its article's "
+        "copies in other corpora (REALM §3.4), or every block of its article")
     exclusion_margin: int = Field(16, ge=0, description="extra index hits fetched to replace trivial ones")
     heldout_every: int = Field(50, ge=2, description="articles with hash % N == 0 are held out for eval")
     eval_every: int = Field(1000, ge=1)
@@ -232,6 +236,47 @@ class PretrainConfig(StageConfig):
     checkpoint_every: int = Field(1000, ge=1)
     log_every: int = Field(10, ge=1)
     seed: int = 0
+
+
+class FinetuneConfig(StageConfig):
+    """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
+    encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+
+    dataset: str = Field("squad-open", description="questions table dataset to train on")
+    split: Literal["train", "dev", "test"] = "train"
+    top_k: int = Field(5, ge=1, description="retrieved blocks per question (REALM: 5)")
+    reader_length: int = Field(384, ge=32, description="[CLS] question [SEP] title [SEP] body [SEP]")
+    question_length: int = Field(64, ge=8)
+    max_span_length: int = Field(10, ge=1, description="answer spans up to this many wordpieces")
+    batch_size: int = Field(16, ge=1, description="questions per step, each with a gold span retrieved")
+    draw_factor: int = Field(4, ge=1, description="questions drawn per batch slot; those whose "
+                             "retrieved blocks hold no answer teach nothing and are skipped")
+    learning_rate: float = Field(1e-5, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    steps: int = Field(2_000, ge=1)
+    train_query_encoder: bool = Field(True, description="False: the retriever stays as warm-started")
+    checkpoint_every: int = Field(100, ge=1)
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+
+
+class OpenQAEvalConfig(StageConfig):
+    """Open-QA evaluation (REALM Table 1): exact match, full split and answerable subset."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+
+    datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
+    split: Literal["train", "dev", "test"] = "test"
+    question_limits: dict[str, int] = Field(
+        default_factory=dict, description="dataset -> first N questions evaluated (all if absent)")
+    answer_candidates: int = Field(20, ge=1, description="top spans whose probabilities are summed "
+                                   "per normalised answer string")
+    batch_size: int = Field(8, ge=1, description="questions per reader forward")
 
 
 class PipelineConfig(StageConfig):
@@ -248,68 +293,8 @@ class PipelineConfig(StageConfig):
     questions: QuestionsConfig = QuestionsConfig()
     ict: ICTConfig = ICTConfig()
     pretrain: PretrainConfig = PretrainConfig()
-
-
-def _bundled_sources(names: list[str], limits: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    files: dict[str, dict[str, Any]] = {
-        "wiki-gensim": {"kind": "wikipedia", "name": "enwiki",
-                        "path": "data:wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"},
-        "wiki-tables": {"kind": "wikipedia", "name": "enwiki",
-                        "path": "data:wikipedia/enwiki-table-markup.xml.bz2"},
-        "wiki-w2v": {"kind": "wikipedia", "name": "enwiki",
-                     "path": "data:wikipedia/wikipedia2vec-enwiki-pages-articles-sample.xml.bz2"},
-        "squad": {"kind": "squad", "name": "squad", "path": "data:squad/squad-v1.1-dev.articles-00-39.json"},
-        "dpr": {"kind": "dpr_json", "name": "dpr", "path": "data:dpr/haystack-dpr-nq-dev-sample.json"},
-    }
-    out = []
-    for n in names:
-        spec = dict(files[n])
-        if limits and n in limits:
-            spec["max_documents"] = limits[n]
-        out.append(spec)
-    return out
-
-
-# Presets are sized from costs measured on a 2-core laptop (README "Costs"):
-# MiniLM forward 30 seq/s at 288 tokens, so `demo` keeps the corpus near 3-4k blocks.
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {
-        "ingest": {"sources": _bundled_sources(["wiki-w2v", "wiki-tables", "squad", "dpr"],
-                                               {"squad": 3, "dpr": 60}), "workers": 1},
-        "chunk": {"max_wordpieces": 128},
-        "spans": {"n_process": 1},
-        "masking": {"query_length": 32},
-        "embed": {"max_length": 128, "batch_size": 16},
-        "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128,
-                "dropout": 0.0, "checkpoint_every": 2, "log_every": 1},
-        "pretrain": {"top_k": 3, "reader_length": 96, "doc_length": 128, "batch_size": 2,
-                     "steps": 4, "warmup_steps": 1, "refresh_every": 2, "sync_refresh": True,
-                     "dropout": 0.0, "eval_every": 2, "eval_examples": 8, "checkpoint_every": 2,
-                     "log_every": 1},
-    },
-    "demo": {
-        "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
-        "chunk": {"max_wordpieces": 288},
-        "masking": {"query_length": 64},
-        # In-batch negatives are what ICT learns from: many short contexts per batch rather
-        # than few long ones. About 7 s/step on 2 cores; no dropout (it doubles a step).
-        "ict": {"batch_size": 256, "steps": 100, "query_length": 32, "block_length": 64,
-                "learning_rate": 5e-5, "warmup_steps": 10, "dropout": 0.0},
-        # about 2.5 s/step on 2 cores (8 x 4 reader sequences of 128, 24 blocks re-embedded)
-        "pretrain": {"top_k": 4, "reader_length": 128, "doc_length": 128, "batch_size": 8,
-                     "learning_rate": 1e-4, "steps": 150, "warmup_steps": 15, "refresh_every": 50,
-                     "dropout": 0.0, "eval_every": 50, "eval_examples": 128, "checkpoint_every": 25},
-    },
-    "paper": {
-        "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",
-                                "path": "data:enwiki-20181220-pages-articles.xml.bz2"}], "workers": 16},
-        "chunk": {"encoder": "bert-base-uncased", "max_wordpieces": 288},
-        "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True},
-        "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},
-        "ict": {"encoder": "bert-base-uncased"},
-        "pretrain": {"reader_encoder": "bert-base-uncased"},
-    },
-}
+    finetune: FinetuneConfig = FinetuneConfig()
+    openqa_eval: OpenQAEvalConfig = OpenQAEvalConfig()
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

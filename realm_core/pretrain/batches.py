@@ -10,7 +10,8 @@ Shapes: B batch, K blocks per example (null included), T tokens, M masked positi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,9 @@ class BlockTexts:
     texts: pa.Array
     doc_ids: np.ndarray      # (N,) object
     title_keys: np.ndarray   # (N,) object, lowercased titles: one article across corpora
+    # block id -> (title ids, body ids): a block is tokenised once, not at every retrieval
+    pieces: OrderedDict[int, tuple[list[int], list[int]]] = field(default_factory=OrderedDict)
+    max_cached: int = 200_000
 
     @classmethod
     def from_table(cls, table: pa.Table) -> BlockTexts:
@@ -44,16 +48,23 @@ class BlockTexts:
 
 
 def retrieve_candidates(scores_ids: np.ndarray, examples: list[MaskedExample], blocks: BlockTexts,
-                        n_retrieved: int) -> np.ndarray:
+                        n_retrieved: int, exclusion: str = "block") -> np.ndarray:
     """(B, K-1) block ids from the index's ranked ids (B, R), -1 where none is left.
 
-    REALM §3.4: blocks of the example's own article are trivial retrievals (the answer is
-    right there) and are dropped; an article is its doc id, or its title across corpora."""
+    REALM §3.4: the block the masked sentence comes from is a trivial retrieval (the answer is
+    right there, unmasked) and is dropped. `block` (the paper's rule) drops it and the copies of
+    its article held by other corpora (same title, another document), whose blocks may repeat
+    the sentence; the article's other blocks stay retrievable. `article` drops every block of
+    the article (doc id or title): stricter, and on a small corpus it leaves little to learn."""
     out = np.full((len(examples), n_retrieved), NULL_BLOCK, dtype=np.int64)
     for b, (ex, ranked) in enumerate(zip(examples, scores_ids, strict=True)):
         own_doc, own_title = blocks.doc_ids[ex.block_id], blocks.title_keys[ex.block_id]
-        kept = [z for z in ranked
-                if z >= 0 and blocks.doc_ids[z] != own_doc and blocks.title_keys[z] != own_title]
+        if exclusion == "article":
+            kept = [z for z in ranked
+                    if z >= 0 and blocks.doc_ids[z] != own_doc and blocks.title_keys[z] != own_title]
+        else:
+            kept = [z for z in ranked if z >= 0 and z != ex.block_id
+                    and (blocks.doc_ids[z] == own_doc or blocks.title_keys[z] != own_title)]
         out[b, :min(n_retrieved, len(kept))] = kept[:n_retrieved]
     return out
 
@@ -107,14 +118,23 @@ def reader_batch(examples: list[MaskedExample], candidates: np.ndarray, blocks: 
 
 
 def block_wordpieces(block_ids: list[int], blocks: BlockTexts, tokenizer: Any) -> tuple[list[list[int]], list[list[int]]]:
-    """Wordpiece ids of each block's title and body, without special tokens."""
-    if not block_ids:
-        return [], []
-    titles = tokenizer([blocks.titles[z].as_py() for z in block_ids], add_special_tokens=False,
-                       return_attention_mask=False)["input_ids"]
-    bodies = tokenizer([blocks.texts[z].as_py() for z in block_ids], add_special_tokens=False,
-                       return_attention_mask=False)["input_ids"]
-    return titles, bodies
+    """Wordpiece ids of each block's title and body, without special tokens (least recently
+    used blocks beyond `blocks.max_cached` are tokenised again when next retrieved)."""
+    missing = sorted({z for z in block_ids if z not in blocks.pieces})
+    if missing:
+        titles = tokenizer([blocks.titles[z].as_py() for z in missing], add_special_tokens=False,
+                           return_attention_mask=False)["input_ids"]
+        bodies = tokenizer([blocks.texts[z].as_py() for z in missing], add_special_tokens=False,
+                           return_attention_mask=False)["input_ids"]
+        for z, t, b in zip(missing, titles, bodies, strict=True):
+            blocks.pieces[z] = (t, b)
+    out = []
+    for z in block_ids:
+        blocks.pieces.move_to_end(z)
+        out.append(blocks.pieces[z])
+    while len(blocks.pieces) > blocks.max_cached:
+        blocks.pieces.popitem(last=False)
+    return [t for t, _ in out], [b for _, b in out]
 
 
 def doc_encoder_inputs(block_ids: np.ndarray, blocks: BlockTexts, tokenizer: Any,

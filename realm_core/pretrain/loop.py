@@ -86,9 +86,10 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         with retriever_grad:
             q = models.query_encoder(*pad_sequences([ex.input_ids for ex in examples],
                                                     tok.pad_token_id))  # (B, D)
-        # the (stale) index proposes; REALM §3.4: trivial retrievals (own article) are dropped
+        # the (stale) index proposes; REALM §3.4: trivial retrievals (the query's block) are dropped
         _, ranked = index.index.search(q.detach().float().numpy(), config.top_k - 1 + config.exclusion_margin)
-        candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1)  # (B, K-1)
+        candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
+                                         config.exclusion)  # (B, K-1)
         batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
         if config.relevance == "recompute":
             # relevance recomputed with the current document encoder, null block first

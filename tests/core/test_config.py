@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.config import PRESETS, load_config
+from realm_core.config import load_config
 from realm_core.errors import ConfigError
+from realm_core.presets import PRESETS
 
 
 def test_paper_preset_has_realm_settings() -> None:

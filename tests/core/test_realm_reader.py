@@ -48,12 +48,15 @@ def _example(tok, text: str, block_id: int) -> MaskedExample:  # type: ignore[no
                          str(BLOCKS["doc_id"][block_id]), 0)
 
 
-def test_trivial_retrievals_are_dropped_by_article_and_title() -> None:
+def test_trivial_retrievals_are_dropped_by_block_or_by_article() -> None:
     blocks = BlockTexts.from_table(BLOCKS)
     tok = load_tokenizer(BUNDLED_ENCODER)
     ex = _example(tok, "London is big.", 1)
-    got = retrieve_candidates(np.array([[1, 0, 2, 3, -1]]), [ex], blocks, 2)
-    # blocks 0/1 share its doc id, block 2 its title (another corpus, same article)
+    # block 1 is the query's own; block 2 is its article in another corpus (same title); block 0
+    # is another block of its own article: kept by REALM's rule, dropped by the article rule
+    got = retrieve_candidates(np.array([[1, 0, 2, 3, -1]]), [ex], blocks, 3)
+    assert got.tolist() == [[0, 3, -1]]
+    got = retrieve_candidates(np.array([[1, 0, 2, 3, -1]]), [ex], blocks, 2, exclusion="article")
     assert got.tolist() == [[3, -1]]
 
 
@@ -98,7 +101,7 @@ def setup() -> Setup:
 
 
 def test_gradients_reach_the_reader_and_both_retriever_encoders(setup: Setup) -> None:
-    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
+    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, exclusion="article")
     out, batch, scores = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data, config)
     out.loss.backward()
     assert batch.block_ids[0].tolist() == [-1, 3, -1]  # own article (blocks 0-2) excluded
@@ -112,7 +115,8 @@ def test_gradients_reach_the_reader_and_both_retriever_encoders(setup: Setup) ->
 def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder(setup: Setup) -> None:
     index, vectors, ex = setup.index, setup.vectors, setup.example
     assert np.array_equal(index.reconstruct(np.array([[3, -1]])), np.stack([vectors[3], np.zeros(16)])[None])
-    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, relevance="index")
+    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, relevance="index",
+                            exclusion="article")
     out, batch, scores = realm_forward(setup.models, [ex], IndexHandle(index, 0), setup.data, config)
     q = setup.models.query_encoder
     with torch.no_grad():
@@ -123,3 +127,16 @@ def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder(se
     assert scores[0, 1].item() == pytest.approx(expected, abs=1e-4)
     out.loss.backward()
     assert any(float(p.grad.abs().sum()) > 0 for p in q.parameters() if p.grad is not None)
+
+
+def test_block_wordpieces_are_tokenised_once_and_the_cache_is_bounded() -> None:
+    from realm_core.pretrain.batches import block_wordpieces
+
+    blocks = BlockTexts.from_table(BLOCKS)
+    blocks.max_cached = 2
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    titles, bodies = block_wordpieces([3, 0, 3], blocks, tok)
+    assert bodies[0] == bodies[2] == tok("Babbage designed the Analytical Engine.", add_special_tokens=False)["input_ids"]
+    assert titles[1] == tok("Ada Lovelace", add_special_tokens=False)["input_ids"]
+    block_wordpieces([1], blocks, tok)
+    assert list(blocks.pieces) == [3, 1]  # block 0, least recently used, was dropped

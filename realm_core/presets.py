@@ -1,0 +1,89 @@
+"""Presets: the tiny (tests), demo (2-core laptop) and paper (GPUs) values of every stage
+config, as plain dicts that `realm_core.config.load_config` validates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _bundled_sources(names: list[str], limits: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {
+        "wiki-gensim": {"kind": "wikipedia", "name": "enwiki",
+                        "path": "data:wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"},
+        "wiki-tables": {"kind": "wikipedia", "name": "enwiki",
+                        "path": "data:wikipedia/enwiki-table-markup.xml.bz2"},
+        "wiki-w2v": {"kind": "wikipedia", "name": "enwiki",
+                     "path": "data:wikipedia/wikipedia2vec-enwiki-pages-articles-sample.xml.bz2"},
+        "squad": {"kind": "squad", "name": "squad", "path": "data:squad/squad-v1.1-dev.articles-00-39.json"},
+        "dpr": {"kind": "dpr_json", "name": "dpr", "path": "data:dpr/haystack-dpr-nq-dev-sample.json"},
+    }
+    out = []
+    for n in names:
+        spec = dict(files[n])
+        if limits and n in limits:
+            spec["max_documents"] = limits[n]
+        out.append(spec)
+    return out
+
+
+# Presets are sized from costs measured on a 2-core laptop (README "Costs"):
+# MiniLM forward 30 seq/s at 288 tokens, so `demo` keeps the corpus near 3-4k blocks.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "ingest": {"sources": _bundled_sources(["wiki-w2v", "wiki-tables", "squad", "dpr"],
+                                               {"squad": 3, "dpr": 60}), "workers": 1},
+        "chunk": {"max_wordpieces": 128},
+        "spans": {"n_process": 1},
+        "masking": {"query_length": 32},
+        "embed": {"max_length": 128, "batch_size": 16},
+        "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128,
+                "dropout": 0.0, "checkpoint_every": 2, "log_every": 1},
+        "pretrain": {"top_k": 3, "reader_length": 96, "doc_length": 128, "batch_size": 2,
+                     "steps": 4, "warmup_steps": 1, "refresh_every": 2, "sync_refresh": True,
+                     "dropout": 0.0, "eval_every": 2, "eval_examples": 8, "checkpoint_every": 2,
+                     "log_every": 1},
+        # the tiny corpus holds SQuAD articles 0-2 only
+        "questions": {"sources": [
+            {"kind": "squad", "path": "data:squad/squad-v1.1-dev.articles-00-39.json",
+             "dataset": "squad-open", "split": "train", "articles": [0, 1]},
+            {"kind": "squad", "path": "data:squad/squad-v1.1-dev.articles-00-39.json",
+             "dataset": "squad-open", "split": "test", "articles": [2, 2]},
+            {"kind": "curatedtrec", "path": "data:openqa/curatedtrec/large2470-test.tsv",
+             "dataset": "ct", "split": "test"}]},
+        "finetune": {"top_k": 2, "reader_length": 96, "question_length": 32, "batch_size": 2,
+                     "steps": 3, "warmup_steps": 1, "learning_rate": 5e-5, "dropout": 0.0,
+                     "checkpoint_every": 2, "log_every": 1},
+        "openqa_eval": {"datasets": ["squad-open", "ct"], "question_limits": {"squad-open": 12, "ct": 6},
+                        "answer_candidates": 5, "batch_size": 4},
+    },
+    "demo": {
+        "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
+        "chunk": {"max_wordpieces": 288},
+        "masking": {"query_length": 64},
+        # In-batch negatives are what ICT learns from: many short contexts per batch rather
+        # than few long ones. About 7 s/step on 2 cores; no dropout (it doubles a step).
+        # SQuAD-open R@5 by (steps, lr): (100, 5e-5) 0.555, (150, 5e-5) 0.577, (200, 5e-5) 0.578,
+        # (150, 1e-4) 0.587.
+        "ict": {"batch_size": 256, "steps": 150, "query_length": 32, "block_length": 64,
+                "learning_rate": 1e-4, "warmup_steps": 10, "dropout": 0.0},
+        # about 2.5 s/step on 2 cores (8 x 4 reader sequences of 128, 24 blocks re-embedded)
+        "pretrain": {"top_k": 4, "reader_length": 128, "doc_length": 128, "batch_size": 8,
+                     "learning_rate": 1e-4, "steps": 150, "warmup_steps": 15, "refresh_every": 50,
+                     "dropout": 0.0, "eval_every": 50, "eval_examples": 128, "checkpoint_every": 25},
+        # 8 questions x 5 blocks of 256 tokens a step; each system fine-tunes with the same
+        # budget. NQ/WQ/CT: the first 200 test questions (their answers are mostly not in a
+        # 4k-block corpus; the answerable subset is reported beside the full split).
+        "finetune": {"reader_length": 256, "batch_size": 8, "steps": 100, "warmup_steps": 10,
+                     "learning_rate": 1e-4, "dropout": 0.0, "checkpoint_every": 20},
+        "openqa_eval": {"question_limits": {"nq": 200, "wq": 200, "ct": 200}},
+    },
+    "paper": {
+        "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",
+                                "path": "data:enwiki-20181220-pages-articles.xml.bz2"}], "workers": 16},
+        "chunk": {"encoder": "bert-base-uncased", "max_wordpieces": 288},
+        "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True},
+        "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},
+        "ict": {"encoder": "bert-base-uncased"},
+        "pretrain": {"reader_encoder": "bert-base-uncased"},
+    },
+}
