@@ -379,6 +379,9 @@ def data_fetch(name: Annotated[list[str], typer.Argument(help="source names (see
             out.print(f"{n}: {path} (sha256 verified)")
 
 
+from flows import cli_openqa  # noqa: E402,F401  (registers `realm finetune` and `realm evaluate`)
+
+
 def main() -> None:  # pragma: no cover - console entry
     sys.exit(app())
 

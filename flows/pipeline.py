@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.ingest_corpus import chunk_blocks, ingest_corpus
 from flows.mine_salient_spans import mine_salient_spans
+from flows.openqa import evaluate_openqa
 from flows.pretrain_realm import pretrain_realm
 from flows.refresh_index import refresh_index
 from flows.settings import resolve
@@ -52,6 +53,13 @@ def full_pipeline(preset: str = "demo", config_file: str | None = None,
         blocks=stages["chunk"]["ref"], spans=stages["spans"]["ref"],
         retriever=stages["warm_start"]["ref"] if cfg.pretrain.warm_start == "ict" else None,
         config=cfg.pretrain, masking=cfg.masking, embed=cfg.embed, index=cfg.index, root=root)
+    # REALM Table 1: every system fine-tuned with the same budget, then evaluated side by side
+    qa = evaluate_openqa(systems=None if cfg.pretrain.retrieval == "realm" else ["none", "bm25", "ict"],
+                         preset=preset, config_file=config_file, overrides=overrides, root=root,
+                         blocks=stages["chunk"]["ref"], retriever=stages["warm_start"]["ref"],
+                         realm_model=stages["pretrain"]["ref"] if cfg.pretrain.retrieval == "realm" else None)
+    stages |= qa.pop("stages")
+    stages["openqa_eval"] = qa
     md = summary_markdown(preset, stages)
     create_markdown_artifact(markdown=md, key="realm-pipeline", description="stage summary")
     md += "".join(f"\n\n## {name}\n\n{r['report']}" for name, r in stages.items() if r.get("report"))

@@ -9,16 +9,17 @@ from prefect import flow
 
 from flows.settings import resolve
 from realm_core.artifacts import ArtifactRef
-from realm_core.config import EmbedConfig, ICTConfig, RetrievalEvalConfig
+from realm_core.config import EmbedConfig, ICTConfig, PipelineConfig, RetrievalEvalConfig
 from tasks.corpus import chunk_blocks, ingest_documents
 from tasks.retrieval import evaluate_retrieval as evaluate_task
 from tasks.retrieval import warm_start_ict as ict_task
 from tasks.spans import mine_salient_spans
 
 
-def blocks_and_spans(preset: str, root: str) -> tuple[ArtifactRef, ArtifactRef]:
-    """The preset's blocks and salient spans, through the cache (tasks in the calling flow)."""
-    cfg, _ = resolve(preset, None, None, root)
+def blocks_and_spans(preset: str, root: str, cfg: PipelineConfig | None = None) -> tuple[ArtifactRef, ArtifactRef]:
+    """The preset's (or `cfg`'s) blocks and salient spans, through the cache (tasks in the
+    calling flow)."""
+    cfg = cfg or resolve(preset, None, None, root)[0]
     docs = ingest_documents(cfg.ingest, root)["ref"]
     blocks: ArtifactRef = chunk_blocks(docs, cfg.chunk, root)["ref"]
     spans: ArtifactRef = mine_salient_spans(blocks, cfg.spans, root)["ref"]

@@ -107,6 +107,30 @@ PRETRAIN_EVAL = TableSchema("pretrain_eval", 1, pa.schema([
     ("examples", pa.int64()),
 ]))
 
+FINETUNE_CURVE = TableSchema("finetune_curve", 1, pa.schema([
+    ("step", pa.int64()),
+    ("loss", pa.float64()),          # -log p(y|x) over the batch; NaN: no question had a gold span
+    ("learning_rate", pa.float64()),
+    ("with_gold", pa.float64()),     # share of drawn questions whose top-k held an answer
+    ("questions", pa.int64()),       # questions trained on this step
+]))
+
+OPENQA_PREDICTIONS = TableSchema("openqa_predictions", 1, pa.schema([
+    ("dataset", pa.string()),
+    ("split", pa.string()),
+    ("system", pa.string()),
+    ("qid", pa.string()),
+    ("question", pa.string()),
+    ("answers", pa.list_(pa.string())),
+    ("predicted", pa.string()),
+    ("score", pa.float64()),             # p(predicted|x) summed over its spans
+    ("correct", pa.bool_()),             # exact match (normalised), regex match for CuratedTREC
+    ("answer_retrieved", pa.bool_()),    # a gold answer occurs in a retrieved block
+    ("answerable", pa.bool_()),          # a gold answer occurs in some block of the corpus
+    ("block_ids", pa.list_(pa.int64())),
+]))
+
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
                                                        ICT_CURVE, RETRIEVAL_RESULTS, QUESTIONS,
-                                                       PRETRAIN_METRICS, PRETRAIN_EVAL)}
+                                                       PRETRAIN_METRICS, PRETRAIN_EVAL, FINETUNE_CURVE,
+                                                       OPENQA_PREDICTIONS)}

@@ -16,12 +16,22 @@ Shapes: B questions, K blocks, T tokens, H hidden, L max span length, S = T * L 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import torch
 from torch import nn
 
+_MASKED = -1e9  # exp() of it is 0 in float32; its gradient is finite
+
 
 class SpanScorer(nn.Module):
-    """S(s) = MLP([h_start; h_end]) over every (start, length <= L) span of every block."""
+    """S(s) = MLP([h_start; h_end]) over every (start, length <= L) span of every block.
+
+    The first layer is linear in the concatenation, W [h_s; h_e] = W_s h_s + W_e h_e, so it runs
+    once per token (2 T H^2) rather than once per span (T L 2 H^2); a span then costs an add,
+    a ReLU and a dot product."""
 
     def __init__(self, hidden: int, max_span_length: int) -> None:
         super().__init__()
@@ -31,19 +41,18 @@ class SpanScorer(nn.Module):
     def forward(self, hidden: torch.Tensor, block_token_mask: torch.Tensor) -> torch.Tensor:
         """hidden (B, K, T, H), block_token_mask (B, K, T) True on block-body tokens ->
         span scores (B, K, T, L), -inf where a span leaves the block body."""
-        b, k, t, h = hidden.shape
+        t, h = hidden.shape[2], hidden.shape[3]
+        first, last = self.mlp[0], self.mlp[2]
+        assert isinstance(first, nn.Linear)
+        as_start = hidden @ first.weight[:, :h].T + first.bias  # (B, K, T, H)
+        as_end = hidden @ first.weight[:, h:].T  # (B, K, T, H)
         scores = []
+        inside = block_token_mask
         for length in range(self.max_span_length):
-            ends = torch.arange(t) + length  # (T,)
-            valid_end = ends < t
-            ends = ends.clamp(max=t - 1)
-            end_hidden = hidden[:, :, ends]  # (B, K, T, H)
-            pair = torch.cat([hidden, end_hidden], dim=-1)  # (B, K, T, 2H)
-            score = self.mlp(pair).squeeze(-1)  # (B, K, T)
-            inside = block_token_mask & block_token_mask[:, :, ends] & valid_end
-            # a span must not cross a non-block token: every token between start and end is inside
-            for offset in range(1, length):
-                inside = inside & block_token_mask[:, :, (torch.arange(t) + offset).clamp(max=t - 1)]
+            ends = (torch.arange(t) + length).clamp(max=t - 1)  # (T,)
+            score = last(torch.relu(as_start + as_end[:, :, ends])).squeeze(-1)  # (B, K, T)
+            # every token from start to end is a body token, and the end is inside the row
+            inside = inside & block_token_mask[:, :, ends] & (torch.arange(t) + length < t)
             scores.append(score.masked_fill(~inside, float("-inf")))
         return torch.stack(scores, dim=-1)  # (B, K, T, L)
 
@@ -56,12 +65,17 @@ def span_marginal_likelihood(span_scores: torch.Tensor, gold: torch.Tensor,
     span_scores (B, K, T, L); gold (B, K, T, L) True for spans whose text matches an answer;
     log_p_z (B, K). Returns (B,); -inf where no retrieved block holds a gold span."""
     b, k = log_p_z.shape
+    # Masked entries are a large finite negative, not -inf: a logsumexp over nothing but -inf
+    # has a NaN gradient, which would reach the shared weights through the blocks (and the
+    # questions) that hold no gold span. The result is -inf where no gold span is retrieved.
     flat = span_scores.reshape(b, k, -1)  # (B, K, S)
+    flat = flat.masked_fill(~torch.isfinite(flat), _MASKED)
     log_p_s = torch.log_softmax(flat, dim=-1)  # within each block
-    log_p_s = torch.nan_to_num(log_p_s, nan=float("-inf"))  # blocks with no valid span at all
-    on_gold = log_p_s.masked_fill(~gold.reshape(b, k, -1), float("-inf"))
-    per_block = torch.logsumexp(on_gold, dim=-1)  # (B, K) log p(y|z,x)
-    return torch.logsumexp(per_block + log_p_z, dim=-1)  # (B,)
+    gold = gold.reshape(b, k, -1)
+    on_gold = log_p_s.masked_fill(~gold, _MASKED)
+    per_block = torch.logsumexp(on_gold, dim=-1)  # (B, K) log p(y|z,x), ~_MASKED without gold
+    log_p_y = torch.logsumexp(per_block + log_p_z, dim=-1)  # (B,)
+    return torch.where(gold.flatten(1).any(-1), log_p_y, torch.full_like(log_p_y, float("-inf")))
 
 
 def gold_spans(row_ids: list[int], block_token_mask: list[bool], answers: list[list[int]],
@@ -78,3 +92,67 @@ def gold_spans(row_ids: list[int], block_token_mask: list[bool], answers: list[l
             if row_ids[start:start + n] == answer and all(block_token_mask[start:start + n]):
                 gold[start, n - 1] = True
     return gold
+
+
+class SpanReader(nn.Module):
+    """The fine-tuned reader: a BERT body (the bundled encoder, or REALM's pretrained
+    knowledge-augmented encoder) and the span scorer on its last hidden states."""
+
+    HEAD_FILE = "span_head.safetensors"
+    META_FILE = "realm_span_reader.json"
+
+    def __init__(self, bert: Any, max_span_length: int) -> None:
+        super().__init__()
+        self.bert = bert
+        self.scorer = SpanScorer(int(bert.config.hidden_size), max_span_length)
+
+    @classmethod
+    def from_pretrained(cls, source: str, max_span_length: int, dropout: float | None = None,
+                        seed: int = 0) -> SpanReader:
+        """A saved span reader, or any BERT directory (a BertForMaskedLM's body is taken) with
+        a fresh span head (seeded)."""
+        from safetensors.torch import load_file
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        from realm_core.encoders import resolve_encoder_dir
+        from realm_core.errors import ArtifactError
+
+        directory = resolve_encoder_dir(source)
+        kwargs: dict[str, Any] = {} if dropout is None else {
+            "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # an MLM head or pooler left unused is expected
+        try:
+            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, **kwargs)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        meta = directory / cls.META_FILE
+        if meta.is_file():
+            model = cls(bert, int(json.loads(meta.read_text())["max_span_length"]))
+            try:
+                model.scorer.load_state_dict(load_file(str(directory / cls.HEAD_FILE)))
+            except (OSError, RuntimeError) as e:
+                raise ArtifactError(f"{directory / cls.HEAD_FILE}: unreadable span head ({e})") from None
+            return model
+        torch.manual_seed(seed)
+        return cls(bert, max_span_length)
+
+    def save_pretrained(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.bert.save_pretrained(str(directory), safe_serialization=True)
+        save_file({k: v.detach().contiguous() for k, v in self.scorer.state_dict().items()},
+                  str(directory / self.HEAD_FILE))
+        (directory / self.META_FILE).write_text(json.dumps(
+            {"max_span_length": self.scorer.max_span_length}, indent=2))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                block_token_mask: torch.Tensor) -> torch.Tensor:
+        """(B, K, T) rows -> span scores (B, K, T, L)."""
+        b, k, t = input_ids.shape
+        hidden = self.bert(input_ids=input_ids.view(b * k, t),
+                           attention_mask=attention_mask.view(b * k, t)).last_hidden_state  # (BK, T, H)
+        scores: torch.Tensor = self.scorer(hidden.view(b, k, t, -1), block_token_mask)
+        return scores

@@ -33,3 +33,28 @@ def test_marginal_over_blocks_and_matching_spans() -> None:
     assert float(got[0]) == pytest.approx(math.log(0.25 * 0.75 + 0.75 * 1.0), abs=1e-6)
     none = span_marginal_likelihood(scores, torch.zeros_like(gold), log_p_z)
     assert float(none[0]) == float("-inf")
+
+
+def test_decomposed_first_layer_equals_the_mlp_on_concatenated_states() -> None:
+    torch.manual_seed(1)
+    scorer = SpanScorer(hidden=6, max_span_length=3)
+    hidden = torch.randn(2, 2, 7, 6)
+    body = torch.ones(2, 2, 7, dtype=torch.bool)
+    scores = scorer(hidden, body)  # (2, 2, 7, 3)
+    for start, length in ((0, 0), (2, 2), (4, 1)):
+        pair = torch.cat([hidden[:, :, start], hidden[:, :, start + length]], dim=-1)
+        assert torch.allclose(scores[:, :, start, length], scorer.mlp(pair).squeeze(-1), atol=1e-5)
+
+
+def test_no_nan_gradient_from_questions_or_blocks_without_a_gold_span() -> None:
+    torch.manual_seed(0)
+    scores = torch.randn(2, 2, 4, 2, requires_grad=True)
+    masked = scores.masked_fill(torch.tensor([False, False, True, True]).view(1, 1, 4, 1), float("-inf"))
+    gold = torch.zeros(2, 2, 4, 2, dtype=torch.bool)
+    gold[0, 1, 0, 0] = True  # question 0: one gold span in block 1; question 1: none at all
+    log_p_z = torch.log_softmax(torch.randn(2, 2, requires_grad=True), dim=-1)
+    got = span_marginal_likelihood(masked, gold, log_p_z)
+    assert torch.isfinite(got[0]) and got[1] == float("-inf")
+    (-got[torch.isfinite(got)].sum()).backward()
+    assert scores.grad is not None and torch.isfinite(scores.grad).all()
+    assert scores.grad[1].abs().sum() == 0  # the question without gold teaches nothing

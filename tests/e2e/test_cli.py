@@ -85,3 +85,21 @@ def test_warm_start_then_null_only_pretraining_from_the_command_line(shared_data
     assert "REALM model (null_only)" in r.stdout and "held-out masked salient spans" in r.stdout
     r = realm("warm-start", "--method", "retromae", "--preset", "tiny", "--root", root, cwd=tmp_path)
     assert r.returncode == 2 and "expected 'ict'" in r.stderr
+
+
+def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, tmp_path: Path) -> None:
+    root = str(tmp_path / "art")
+    r = realm("evaluate", "--preset", "tiny", "--root", root, "--system", "none", "--system", "bm25",
+              "--json", str(tmp_path / "qa.json"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "fine-tuned BM25 + reader" in r.stdout and "answerable EM" in r.stdout
+    result = json.loads((tmp_path / "qa.json").read_text())
+    squad = result["results"]["squad-open"]
+    assert set(squad["systems"]) == {"no retrieval", "BM25 + reader"} and squad["questions"] == 12
+    assert squad["systems"]["no retrieval"] == {"EM": 0.0, "EM answerable": 0.0, "R@2": 0.0}
+    predictions = next((tmp_path / "art" / "openqa_eval").iterdir()) / "openqa_predictions"
+    assert any(predictions.glob("*.parquet"))
+    r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
+    assert r.returncode == 0 and "(cached)" in r.stdout, r.stdout
+    r = realm("evaluate", "--preset", "tiny", "--root", root, "--system", "t5", cwd=tmp_path)
+    assert r.returncode == 2 and "expected one of none, bm25, ict, realm" in r.stderr

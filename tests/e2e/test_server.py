@@ -59,7 +59,8 @@ def test_deployments_listed(server: dict[str, str]) -> None:
     assert r.returncode == 0
     for name in ("realm/full-pipeline", "ingest-corpus/realm", "chunk-blocks/realm",
                  "mine-salient-spans/realm", "warm-start-ict/realm", "evaluate-retrieval/realm",
-                 "pretrain-realm/realm", "refresh-index/refresh-index"):
+                 "pretrain-realm/realm", "finetune-openqa/realm", "evaluate-openqa/realm",
+                 "refresh-index/refresh-index"):
         assert name in r.stdout, r.stdout
 
 
@@ -73,9 +74,15 @@ def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None
     artifacts = Path(server["work"]) / "artifacts"
     # the pipeline's index is built with the ICT document encoder (tiny: 4 ICT steps)
     assert json.loads((artifacts / "index" / "CURRENT").read_text())["step"] == 4
-    for kind in ("documents", "blocks", "salient_spans", "retriever", "retrieval_eval", "realm_model"):
+    for kind in ("documents", "blocks", "salient_spans", "retriever", "retrieval_eval", "realm_model",
+                 "questions", "openqa_eval"):
         found = list((artifacts / kind).glob("*/manifest.json"))
         assert len(found) == 1, kind
+    # Table 1: BM25, ICT and REALM fine-tuned with one budget; all four systems evaluated
+    assert len(list((artifacts / "openqa_model").glob("*/manifest.json"))) == 3
+    qa = json.loads(next((artifacts / "openqa_eval").glob("*/manifest.json")).read_text())
+    assert set(qa["results"]["squad-open"]["systems"]) == {"no retrieval", "BM25 + reader",
+                                                           "ICT (ORQA-like)", "REALM"}
     report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())
     assert report["rows"]["blocks"] == 612
     run_deployment(server, "chunk-blocks/realm")
