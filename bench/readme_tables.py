@@ -126,10 +126,35 @@ def pretrain_step_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def openqa_table(result: dict) -> str:
+    res, ft = result["results"], result["finetune"]
+    order = [d for d in ("nq", "wq", "ct", "squad-open") if d in res] + [d for d in res if d not in
+                                                                         ("nq", "wq", "ct", "squad-open")]
+    k = ft["top_k"]
+    names = {"nq": "NQ", "wq": "WQ", "ct": "CT", "squad-open": "SQuAD-open"}
+    lines = ["| system | " + " | ".join(f"{names.get(d, d)} EM (answerable EM) R@{k}" for d in order) + " |",
+             "|---|" + "---:|" * len(order)]
+    for s in result["systems"]:
+        cells = []
+        for d in order:
+            m = res[d]["systems"][s["name"]]
+            cells.append(f"{100 * m['EM']:.1f} ({100 * m['EM answerable']:.1f}) {100 * m[f'R@{k}']:.1f}")
+        bold = "**" if s["name"] == "REALM" else ""
+        lines.append(f"| {bold}{s['name']}{bold}{' (' + s['note'] + ')' if s['note'] else ''} | "
+                     + " | ".join(cells) + " |")
+    sizes = "; ".join(f"{names.get(d, d)} {res[d]['questions']:,} ({res[d]['answerable']:,} answerable)"
+                      for d in order)
+    lines += ["", f"Test questions (answerable: a gold answer occurs in some demo block): {sizes}. "
+              f"Every system fine-tuned on {ft['dataset']}/{ft['split']} with the same budget: {ft['steps']} "
+              f"steps x {ft['batch_size']} questions, lr {ft['learning_rate']}, top-{k} blocks of "
+              f"{ft['reader_length']} reader tokens; NQ/WQ/CT are answered by that SQuAD-open model."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
-                                            "pretrain_step": pretrain_step_table}
+                                            "pretrain_step": pretrain_step_table, "openqa": openqa_table}
 
 
 def main() -> None:
