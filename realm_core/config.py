@@ -101,7 +101,7 @@ class MaskingConfig(StageConfig):
 class EmbedConfig(StageConfig):
     """Block embeddings with the document (knowledge) encoder (REALM §3.1)."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
     projection_dim: int = Field(128, ge=0, description="used when the encoder has no saved head; "
@@ -113,6 +113,8 @@ class EmbedConfig(StageConfig):
     batch_size: int = Field(32, ge=1)
     shard_size: int = Field(50_000, ge=1, description="blocks per embeddings shard file")
     float16: bool = Field(False, description="store embeddings as float16")
+    workers: int = Field(1, ge=1, description="processes embedding shards in parallel, each with "
+                         "cores/workers threads (pays off with many shards and cores)")
 
 
 class IndexConfig(StageConfig):
@@ -219,6 +221,10 @@ class PretrainConfig(StageConfig):
     batch_size: int = Field(512, ge=1, description="examples per optimizer step")
     grad_accumulation: int = Field(1, ge=1, description="micro-batches per step (batch_size each / this)")
     learning_rate: float = Field(3e-5, gt=0)
+    retriever_lr_scale: float = Field(
+        1.0, gt=0, description="the encoders' learning rate as a multiple of learning_rate (the "
+        "paper: 1). Below 1 on short runs, where the reader has not yet learned to use retrieval "
+        "and the retriever's gradient is mostly noise that erodes the warm start")
     weight_decay: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     dropout: float = Field(0.1, ge=0, lt=1)

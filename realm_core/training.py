@@ -28,20 +28,32 @@ STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 
 
-def adamw(modules: list[nn.Module], learning_rate: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with BERT's exclusions: no weight decay on biases and LayerNorm weights."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
+def adamw(modules: list[nn.Module], learning_rate: float, weight_decay: float,
+          lr_scales: list[float] | None = None) -> torch.optim.AdamW:
+    """AdamW with BERT's exclusions: no weight decay on biases and LayerNorm weights.
+
+    `lr_scales[i]` multiplies the learning rate of `modules[i]`; each group records its scale
+    as `lr_scale`, which the training loops apply to the scheduled rate (see `set_learning_rate`)."""
+    scales = lr_scales or [1.0] * len(modules)
+    groups: dict[tuple[float, bool], list[nn.Parameter]] = {}
     seen: set[int] = set()
-    for module in modules:
+    for module, scale in zip(modules, scales, strict=True):
         for name, p in module.named_parameters():
             if not p.requires_grad or id(p) in seen:
                 continue
             seen.add(id(p))
-            (no_decay if p.ndim < 2 or "LayerNorm" in name or "norm" in name else decay).append(p)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}],
+            decays = not (p.ndim < 2 or "LayerNorm" in name or "norm" in name)
+            groups.setdefault((scale, decays), []).append(p)
+    return torch.optim.AdamW([{"params": params, "weight_decay": weight_decay if decays else 0.0,
+                               "lr_scale": scale}
+                              for (scale, decays), params in groups.items()],
                              lr=learning_rate, betas=(0.9, 0.999), eps=1e-6)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The scheduled rate times each parameter group's `lr_scale`."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
 def learning_rate_at(step: int, peak: float, warmup_steps: int, total_steps: int) -> float:

@@ -32,6 +32,7 @@ from realm_core.training import (
     learning_rate_at,
     restore_checkpoint,
     save_checkpoint,
+    set_learning_rate,
     step_seed,
 )
 
@@ -243,8 +244,7 @@ def finetune(models: QAModels, retriever: QARetriever, questions: list[QAQuestio
                      if any(blocks.holds_answer(candidates[i], int(z)) for z in row)]
         usable = with_gold[:config.batch_size]
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate(optimizer, lr)
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
         optimizer.zero_grad(set_to_none=True)
         row = {"step": float(step + 1), "learning_rate": lr, "loss": float("nan"),

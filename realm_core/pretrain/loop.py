@@ -44,6 +44,7 @@ from realm_core.training import (
     learning_rate_at,
     restore_checkpoint,
     save_checkpoint,
+    set_learning_rate,
     step_seed,
 )
 
@@ -160,7 +161,8 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     Without `index_at` (the null-only baseline) nothing is retrieved."""
     progress = progress or NoProgress()
     trainable = [models.reader] + ([] if config.freeze_retriever else [models.query_encoder, models.doc_encoder])
-    optimizer = adamw(trainable, config.learning_rate, config.weight_decay)
+    scales = [1.0] + [config.retriever_lr_scale] * (len(trainable) - 1)
+    optimizer = adamw(trainable, config.learning_rate, config.weight_decay, scales)
     curves = Curves()
     start, index_step = 0, base_step
     if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
@@ -188,8 +190,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         picks = rng.choice(len(data.train), size=min(config.batch_size, len(data.train)), replace=False)
         examples = [data.train[i] for i in picks]
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate(optimizer, lr)
         # forward (retrieve, read, marginalise) and backward, over micro-batches
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
         optimizer.zero_grad(set_to_none=True)

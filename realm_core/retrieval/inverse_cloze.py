@@ -127,6 +127,7 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
         learning_rate_at,
         restore_checkpoint,
         save_checkpoint,
+        set_learning_rate,
         step_seed,
     )
 
@@ -154,8 +155,7 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
         d = tokenizer(titles, contexts, truncation="only_second", max_length=config.block_length,
                       padding=True, return_tensors="pt")
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_learning_rate(optimizer, lr)
         # forward, backward, clip, step
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
         loss, accuracy = inverse_cloze_loss(query_encoder, doc_encoder, q, d)

@@ -11,6 +11,7 @@ from realm_core.training import (
     learning_rate_at,
     restore_checkpoint,
     save_checkpoint,
+    set_learning_rate,
     step_seed,
 )
 
@@ -32,6 +33,22 @@ def test_adamw_excludes_bias_and_layernorm_from_decay() -> None:
     groups = adamw([model], 1e-3, 0.01).param_groups
     assert [len(g["params"]) for g in groups] == [1, 3]
     assert [g["weight_decay"] for g in groups] == [0.01, 0.0]
+
+
+def test_learning_rate_scales_per_module() -> None:
+    reader, retriever = nn.Linear(3, 4), nn.Linear(3, 4)
+    opt = adamw([reader, retriever], 1e-3, 0.01, lr_scales=[1.0, 0.1])
+    set_learning_rate(opt, 2e-3)
+    rates = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert rates[id(reader.weight)] == rates[id(reader.bias)] == 2e-3
+    assert rates[id(retriever.weight)] == rates[id(retriever.bias)] == pytest.approx(2e-4)
+    before = retriever.weight.detach().clone(), reader.weight.detach().clone()
+    opt.zero_grad()
+    (reader(torch.ones(1, 3)).sum() + retriever(torch.ones(1, 3)).sum()).backward()
+    opt.step()  # Adam's first step moves each weight by about its learning rate
+    moved_retriever = (retriever.weight - before[0]).abs().max().item()
+    moved_reader = (reader.weight - before[1]).abs().max().item()
+    assert moved_retriever == pytest.approx(moved_reader / 10, rel=0.05)
 
 
 def _trained(steps: int) -> tuple[nn.Module, torch.optim.Optimizer]:
