@@ -21,7 +21,7 @@ from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.encoders import load_tokenizer, resolve_encoder_dir
 from realm_core.errors import ConfigError, RealmError
 from realm_core.progress import NoProgress, Progress
-from realm_core.retrieval.embed import embed_blocks, load_embeddings
+from realm_core.retrieval.embed import EncoderRecipe, embed_blocks, load_embeddings
 from realm_core.retrieval.encoders import HEAD_FILE, RetrieverEncoder
 from realm_core.retrieval.index import MipsIndex
 from realm_core.retrieval.versions import KIND, publish_index, set_current, version_name
@@ -69,7 +69,9 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
         summary = embed_blocks(blocks, encoder, tokenizer, out.tmp / "embeddings",
                                max_length=config.max_length, batch_size=config.batch_size,
                                shard_size=config.shard_size, float16=config.float16,
-                               progress=progress or NoProgress())
+                               progress=progress or NoProgress(), workers=config.workers,
+                               recipe=EncoderRecipe(config.doc_encoder, config.projection_dim,
+                                                    config.pooling, config.seed, config.normalize))
         stats = {"blocks": summary["rows"], "dim": summary["dim"], "dtype": summary["dtype"],
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}
         out.extra_manifest.update({"embeddings": summary, "stats": stats,

@@ -8,7 +8,13 @@ from realm_core.artifacts import ArtifactStore
 from realm_core.config import BUNDLED_ENCODER
 from realm_core.encoders import load_tokenizer
 from realm_core.errors import ArtifactError
-from realm_core.retrieval.embed import embed_blocks, embed_texts, length_batches, load_embeddings
+from realm_core.retrieval.embed import (
+    EncoderRecipe,
+    embed_blocks,
+    embed_texts,
+    length_batches,
+    load_embeddings,
+)
 from realm_core.retrieval.encoders import RetrieverEncoder
 
 
@@ -70,6 +76,25 @@ def test_embed_blocks_shards_in_block_order(tmp_path: Path, encoder: RetrieverEn
     np.save(tmp_path / "emb" / "shard-00000.npy", bad)
     with pytest.raises(ArtifactError, match="NaN or inf"):
         load_embeddings(tmp_path / "emb", summary, 7)
+
+
+def test_parallel_workers_write_the_same_shards(tmp_path: Path, encoder: RetrieverEncoder) -> None:
+    store = ArtifactStore(tmp_path / "art")
+    texts = [f"Shard test {i} " + "token " * i for i in range(5)]
+    rows = [{"block_id": i, "doc_id": "d", "title": "T", "text": t, "n_wordpieces": 1,
+             "char_start": 0, "char_end": 1} for i, t in enumerate(texts)]
+    with store.write("blocks", "b", config={}, config_hash="c", inputs={}) as w:
+        w.table("blocks").write(rows)
+    blocks = store.lookup("blocks", "b")
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    kwargs = {"max_length": 64, "batch_size": 2, "shard_size": 2}
+    serial = embed_blocks(blocks, encoder, tok, tmp_path / "one", **kwargs)  # type: ignore[arg-type]
+    recipe = EncoderRecipe(BUNDLED_ENCODER, projection_dim=16, seed=3)  # the fixture's encoder
+    parallel = embed_blocks(blocks, encoder, tok, tmp_path / "two", workers=2, recipe=recipe,
+                            **kwargs)  # type: ignore[arg-type]
+    assert parallel == serial and [s["rows"] for s in parallel["shards"]] == [2, 2, 1]
+    np.testing.assert_allclose(load_embeddings(tmp_path / "two", parallel, 5),
+                               load_embeddings(tmp_path / "one", serial, 5), atol=1e-5)
 
 
 def test_embedding_leaves_chunking_tokenizer_untouched(encoder: RetrieverEncoder) -> None:
