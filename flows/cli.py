@@ -157,6 +157,17 @@ def _warm_start(cfg: PipelineConfig, store: ArtifactStore, force: bool = False) 
     return blocks, run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict, RichProgress(), force=force)
 
 
+def _pretrain_retriever(cfg: PipelineConfig, store: ArtifactStore, blocks: Any, spans: Any) -> Any:
+    """The artifact ref `pretrain.warm_start` names (trained through the cache), or None."""
+    from realm_core.retrieval.warm_start import run_warm_start_ict, run_warm_start_retromae
+
+    if cfg.pretrain.warm_start == "ict":
+        return run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict, RichProgress()).ref
+    if cfg.pretrain.warm_start == "retromae":
+        return run_warm_start_retromae(store, blocks.ref, cfg.retromae, RichProgress()).ref
+    return None
+
+
 @app.command()
 def chunk(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
           root: Root = None, force: Force = False) -> None:
@@ -191,16 +202,26 @@ def mine_spans(preset: Preset = "demo", config: ConfigFile = None, overrides: Ov
 @app.command("warm-start")
 def warm_start(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
                root: Root = None, force: Force = False,
-               method: Annotated[str, typer.Option(help="ict (Inverse Cloze Task, ORQA)")] = "ict") -> None:
-    """blocks + sentences -> [bold]retriever[/]: train the query and document encoders with the Inverse Cloze Task (a sentence retrieves its own block, the rest of the batch are negatives; REALM §3.4). Checkpoints every ict.checkpoint_every steps; rerun the same command to resume.
+               method: Annotated[str, typer.Option(
+                   help="ict (Inverse Cloze Task, ORQA) or retromae (masked auto-encoder, "
+                        "settings under retromae.*)")] = "ict") -> None:
+    """blocks (+ sentences) -> [bold]retriever[/]: train the query and document encoders before REALM (§3.4). ict: a sentence retrieves its own block, the rest of the batch are negatives. retromae: the block's [CLS] state must let a one-layer decoder rebuild the block (Xiao et al. 2022). Checkpoints as training goes; rerun the same command to resume.
 
-    Example: realm warm-start --method ict --preset demo --set ict.steps=300"""
+    Examples: realm warm-start --method ict --preset demo --set ict.steps=300
+              realm warm-start --method retromae --set retromae.enhanced_decoding=false"""
+    from realm_core.retrieval.warm_start import run_warm_start_retromae
+
     with _errors():
-        if method != "ict":
-            raise RealmError(f"--method {method!r}: expected 'ict'")
+        if method not in ("ict", "retromae"):
+            raise RealmError(f"--method {method!r}: expected 'ict' or 'retromae'")
         cfg, store = _setup(preset, config, overrides, root)
-        _, result = _warm_start(cfg, store, force)
-        _report("retriever (ICT)", result.ref, result.cached, result.stats)
+        if method == "ict":
+            _, result = _warm_start(cfg, store, force)
+        else:
+            result = run_warm_start_retromae(store, _blocks(cfg, store).ref, cfg.retromae,
+                                             RichProgress(), force=force)
+        _report(f"retriever ({'ICT' if method == 'ict' else 'RetroMAE'})", result.ref, result.cached,
+                result.stats)
         out.print(result.report)
 
 
@@ -247,12 +268,9 @@ def pretrain(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         if retrieval is not None:
             sets.append(f"pretrain.retrieval={retrieval}")
         cfg, store = _setup(preset, config, sets, root)
-        if cfg.pretrain.warm_start == "ict":
-            blocks, retriever = _warm_start(cfg, store)
-            retriever_ref = retriever.ref
-        else:
-            blocks, retriever_ref = _blocks(cfg, store), None
+        blocks = _blocks(cfg, store)
         spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
+        retriever_ref = _pretrain_retriever(cfg, store, blocks, spans)
         result = run_pretrain(store, blocks.ref, spans.ref, retriever_ref, cfg.pretrain, cfg.masking,
                               cfg.embed, cfg.index, RichProgress(), force=force)
         _report(f"REALM model ({cfg.pretrain.retrieval})", result.ref, result.cached, result.stats)
@@ -350,36 +368,8 @@ def pipeline(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         out.print_json(json.dumps(result))
 
 
-@data_app.command("list")
-def data_list() -> None:
-    """List registered corpora and QA sets, and whether REALM_DATA_DIR has each."""
-    from realm_core.config import data_dir
-    from realm_core.sources import load_registry
-
-    with _errors():
-        t = Table(title=f"sources (REALM_DATA_DIR={data_dir()})")
-        for col in ("name", "format", "present", "licence", "path"):
-            t.add_column(col)
-        for s in load_registry().values():
-            t.add_row(s.name, s.format, "yes" if (data_dir() / s.path).is_file() else "no",
-                      s.licence, s.path)
-        out.print(t)
-
-
-@data_app.command("fetch")
-def data_fetch(name: Annotated[list[str], typer.Argument(help="source names (see `realm data list`)")],
-               url: Annotated[str | None, typer.Option(help="mirror URL (file:// works)")] = None,
-               dest: Annotated[Path | None, typer.Option(help="default data/downloads")] = None) -> None:
-    """Download sources and verify their sha256; then use REALM_DATA_DIR=data/downloads."""
-    from realm_core.sources import DOWNLOADS, fetch
-
-    with _errors():
-        for n in name:
-            path = fetch(n, dest or DOWNLOADS, url=url)
-            out.print(f"{n}: {path} (sha256 verified)")
-
-
-from flows import cli_openqa  # noqa: E402,F401  (registers `realm finetune` and `realm evaluate`)
+# the other commands register themselves on import
+from flows import cli_data, cli_openqa  # noqa: E402,F401
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -15,6 +15,7 @@ from flows.cli import (
     RichProgress,
     Root,
     _errors,
+    _pretrain_retriever,
     _report,
     _setup,
     _warm_start,
@@ -37,8 +38,8 @@ def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -
     realm_ref = None
     if "realm" in systems:
         spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
-        realm_ref = run_pretrain(store, blocks.ref, spans.ref, retriever.ref, cfg.pretrain, cfg.masking,
-                                 cfg.embed, cfg.index, RichProgress()).ref
+        realm_ref = run_pretrain(store, blocks.ref, spans.ref, _pretrain_retriever(cfg, store, blocks, spans),
+                                 cfg.pretrain, cfg.masking, cfg.embed, cfg.index, RichProgress()).ref
     questions = run_load_questions(store, cfg.questions)
     entries: list[tuple[Any, Any]] = []
     for system in qa_systems(retriever.ref, realm_ref, cfg.embed, cfg.ict.encoder):

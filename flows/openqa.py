@@ -11,7 +11,7 @@ from prefect import flow
 
 from flows.pretrain_realm import pretrain_realm
 from flows.settings import resolve
-from flows.warm_start import blocks_and_spans
+from flows.warm_start import blocks_and_spans, warm_start_for
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import PipelineConfig
 from realm_core.openqa.qa_stage import SYSTEM_KEYS, QASystem, check_system_keys, qa_systems
@@ -32,7 +32,10 @@ def _systems(keys: list[str], cfg: PipelineConfig, preset: str, root: str, block
         assert blocks is not None and spans is not None
         retriever = warm_start_ict(blocks, spans, cfg.ict, root)["ref"]
     if realm_model is None and "realm" in keys:
-        realm_model = pretrain_realm(blocks=blocks, spans=spans, retriever=retriever, config=cfg.pretrain,
+        assert blocks is not None and spans is not None
+        start = retriever if cfg.pretrain.warm_start == "ict" else warm_start_for(
+            cfg.pretrain.warm_start, blocks, spans, cfg, root)
+        realm_model = pretrain_realm(blocks=blocks, spans=spans, retriever=start, config=cfg.pretrain,
                                      masking=cfg.masking, embed=cfg.embed, index=cfg.index,
                                      preset=preset, root=root)["ref"]
     questions: ArtifactRef = load_questions(cfg.questions, root)["ref"]

@@ -16,7 +16,7 @@ from flows.openqa import evaluate_openqa
 from flows.pretrain_realm import pretrain_realm
 from flows.refresh_index import refresh_index
 from flows.settings import resolve
-from flows.warm_start import evaluate_retrieval, warm_start_ict
+from flows.warm_start import evaluate_retrieval, warm_start_ict, warm_start_retromae
 from realm_core.retrieval.warm_start import doc_encoder_dir
 
 
@@ -49,9 +49,14 @@ def full_pipeline(preset: str = "demo", config_file: str | None = None,
     stages["retrieval_eval"] = evaluate_retrieval(
         blocks=stages["chunk"]["ref"], retriever=stages["warm_start"]["ref"], embed=cfg.embed,
         ict=cfg.ict, config=cfg.retrieval_eval, root=root)
+    # ICT is the open-QA baseline whatever REALM starts from; RetroMAE is trained when asked for
+    pretrain_retriever = stages["warm_start"]["ref"] if cfg.pretrain.warm_start == "ict" else None
+    if cfg.pretrain.warm_start == "retromae":
+        stages["warm_start_retromae"] = warm_start_retromae(blocks=stages["chunk"]["ref"],
+                                                            config=cfg.retromae, root=root)
+        pretrain_retriever = stages["warm_start_retromae"]["ref"]
     stages["pretrain"] = pretrain_realm(
-        blocks=stages["chunk"]["ref"], spans=stages["spans"]["ref"],
-        retriever=stages["warm_start"]["ref"] if cfg.pretrain.warm_start == "ict" else None,
+        blocks=stages["chunk"]["ref"], spans=stages["spans"]["ref"], retriever=pretrain_retriever,
         config=cfg.pretrain, masking=cfg.masking, embed=cfg.embed, index=cfg.index, root=root)
     # REALM Table 1: every system fine-tuned with the same budget, then evaluated side by side
     qa = evaluate_openqa(systems=None if cfg.pretrain.retrieval == "realm" else ["none", "bm25", "ict"],

@@ -10,11 +10,10 @@ from prefect import flow
 
 from flows.refresh_index import refresh_index
 from flows.settings import resolve
-from flows.warm_start import blocks_and_spans
+from flows.warm_start import blocks_and_spans, warm_start_for
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from tasks.pretrain import pretrain_realm as pretrain_task
-from tasks.retrieval import warm_start_ict
 
 
 @flow(name="pretrain-realm", log_prints=True)
@@ -25,13 +24,13 @@ def pretrain_realm(blocks: ArtifactRef | None = None, spans: ArtifactRef | None 
                    root: str | None = None, force: bool = False) -> dict[str, Any]:
     """Salient-span masked LM over the top-k retrieved blocks plus the null block, retriever and
     reader trained jointly, the index refreshed every `refresh_every` steps. Without
-    `blocks`/`spans`/`retriever`, resolves them (ICT warm start included) through the cache."""
+    `blocks`/`spans`/`retriever`, resolves them (the warm start included) through the cache."""
     cfg, root = resolve(preset, None, None, root)
     config = config or cfg.pretrain
     if blocks is None or spans is None:
         blocks, spans = blocks_and_spans(preset, root)
-    if retriever is None and config.warm_start == "ict":
-        retriever = warm_start_ict(blocks, spans, cfg.ict, root)["ref"]
+    if retriever is None:
+        retriever = warm_start_for(config.warm_start, blocks, spans, cfg, root)
     index = index or cfg.index
 
     def refresh(embed_config: EmbedConfig, index_root: str) -> None:

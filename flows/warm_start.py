@@ -1,5 +1,6 @@
-"""Stage flows of the retriever's warm start (REALM §3.4): the Inverse Cloze Task, and the
-retrieval evaluation that shows what it bought (BM25, untrained, ICT, off-the-shelf reference)."""
+"""Stage flows of the retriever's warm start (REALM §3.4): the Inverse Cloze Task or RetroMAE,
+and the retrieval evaluation that shows what it bought (BM25, untrained, ICT, off-the-shelf
+reference)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ from prefect import flow
 
 from flows.settings import resolve
 from realm_core.artifacts import ArtifactRef
-from realm_core.config import EmbedConfig, ICTConfig, PipelineConfig, RetrievalEvalConfig
+from realm_core.config import (
+    EmbedConfig,
+    ICTConfig,
+    PipelineConfig,
+    RetrievalEvalConfig,
+    RetroMAEConfig,
+)
 from tasks.corpus import chunk_blocks, ingest_documents
 from tasks.retrieval import evaluate_retrieval as evaluate_task
 from tasks.retrieval import warm_start_ict as ict_task
+from tasks.retrieval import warm_start_retromae as retromae_task
 from tasks.spans import mine_salient_spans
 
 
@@ -37,6 +45,30 @@ def warm_start_ict(blocks: ArtifactRef | None = None, spans: ArtifactRef | None 
     if blocks is None or spans is None:
         blocks, spans = blocks_and_spans(preset, root)
     return ict_task(blocks, spans, config or cfg.ict, root, force)
+
+
+def warm_start_for(method: str, blocks: ArtifactRef, spans: ArtifactRef, cfg: PipelineConfig,
+                   root: str) -> ArtifactRef | None:
+    """The retriever that `pretrain.warm_start` names, through the cache; None for `none`."""
+    if method == "ict":
+        ref: ArtifactRef = ict_task(blocks, spans, cfg.ict, root)["ref"]
+        return ref
+    if method == "retromae":
+        ref = retromae_task(blocks, cfg.retromae, root)["ref"]
+        return ref
+    return None
+
+
+@flow(name="warm-start-retromae", log_prints=True)
+def warm_start_retromae(blocks: ArtifactRef | None = None, config: RetroMAEConfig | None = None,
+                        preset: str = "demo", root: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Pretrain the retriever's encoder as a masked auto-encoder (RetroMAE): the block's [CLS]
+    state must carry enough for a one-layer decoder to rebuild it. Cached on the blocks'
+    content hash plus this config; a crashed run resumes from its last checkpoint."""
+    cfg, root = resolve(preset, None, None, root)
+    if blocks is None:
+        blocks = blocks_and_spans(preset, root, cfg)[0]
+    return retromae_task(blocks, config or cfg.retromae, root, force)
 
 
 @flow(name="evaluate-retrieval", log_prints=True)

@@ -200,6 +200,30 @@ class ICTConfig(StageConfig):
     seed: int = 0
 
 
+class RetroMAEConfig(StageConfig):
+    """RetroMAE warm start (Xiao et al. 2022): masked auto-encoding through a [CLS] bottleneck."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+
+    encoder: str = Field(BUNDLED_ENCODER, description="BERT the encoder starts from")
+    projection_dim: int = Field(0, ge=0, description="0: the [CLS] state itself (RetroMAE's embedding)")
+    encoder_mask_rate: float = Field(0.3, ge=0.0, le=0.9, description="RetroMAE: 15-30%")
+    decoder_mask_rate: float = Field(0.5, ge=0.0, le=0.95, description="RetroMAE: 50-70%")
+    enhanced_decoding: bool = Field(True, description="two streams + per-row attention mask; "
+                                    "false: one masked stream (the ablation)")
+    batch_size: int = Field(256, ge=1)
+    block_length: int = Field(288, ge=16)
+    learning_rate: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    steps: int = Field(100_000, ge=1)
+    checkpoint_every: int = Field(50, ge=1)
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+
+
 class PretrainConfig(StageConfig):
     """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
 
@@ -298,6 +322,7 @@ class PipelineConfig(StageConfig):
     retrieval_eval: RetrievalEvalConfig = RetrievalEvalConfig()
     questions: QuestionsConfig = QuestionsConfig()
     ict: ICTConfig = ICTConfig()
+    retromae: RetroMAEConfig = RetroMAEConfig()
     pretrain: PretrainConfig = PretrainConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     openqa_eval: OpenQAEvalConfig = OpenQAEvalConfig()

@@ -38,6 +38,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "embed": {"max_length": 128, "batch_size": 16},
         "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128,
                 "dropout": 0.0, "checkpoint_every": 2, "log_every": 1},
+        "retromae": {"batch_size": 4, "steps": 4, "block_length": 64, "dropout": 0.0,
+                     "checkpoint_every": 2, "log_every": 1},
         "pretrain": {"top_k": 3, "reader_length": 96, "doc_length": 128, "batch_size": 2,
                      "steps": 4, "warmup_steps": 1, "refresh_every": 2, "sync_refresh": True,
                      "dropout": 0.0, "eval_every": 2, "eval_examples": 8, "checkpoint_every": 2,
@@ -66,6 +68,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         # (150, 1e-4) 0.587.
         "ict": {"batch_size": 256, "steps": 150, "query_length": 32, "block_length": 64,
                 "learning_rate": 1e-4, "warmup_steps": 10, "dropout": 0.0},
+        # ICT's budget in steps x batch x tokens (150 x 256 x 96); the decoder's full-vocabulary
+        # loss at every position makes a step cost about twice ICT's.
+        "retromae": {"batch_size": 256, "steps": 150, "block_length": 96, "learning_rate": 1e-4,
+                     "warmup_steps": 10, "dropout": 0.0},
         # about 2.5 s/step on 2 cores (8 x 4 reader sequences of 128, 24 blocks re-embedded).
         # The encoders learn at a tenth of the reader's rate: at the full rate 150 steps of a
         # reader that barely uses retrieval yet halved the ICT retriever's open-QA recall@5.

@@ -130,7 +130,16 @@ OPENQA_PREDICTIONS = TableSchema("openqa_predictions", 1, pa.schema([
     ("block_ids", pa.list_(pa.int64())),
 ]))
 
+RETROMAE_CURVE = TableSchema("retromae_curve", 1, pa.schema([
+    ("step", pa.int64()),
+    ("loss", pa.float64()),            # encoder MLM + decoder reconstruction
+    ("encoder_loss", pa.float64()),
+    ("decoder_loss", pa.float64()),
+    ("learning_rate", pa.float64()),
+    ("seconds", pa.float64()),
+]))
+
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
                                                        ICT_CURVE, RETRIEVAL_RESULTS, QUESTIONS,
                                                        PRETRAIN_METRICS, PRETRAIN_EVAL, FINETUNE_CURVE,
-                                                       OPENQA_PREDICTIONS)}
+                                                       OPENQA_PREDICTIONS, RETROMAE_CURVE)}

@@ -8,10 +8,16 @@ from typing import Any
 from prefect import task
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import EmbedConfig, ICTConfig, IndexConfig, RetrievalEvalConfig
+from realm_core.config import (
+    EmbedConfig,
+    ICTConfig,
+    IndexConfig,
+    RetrievalEvalConfig,
+    RetroMAEConfig,
+)
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
 from realm_core.retrieval.stage import run_build_index, run_embed_blocks
-from realm_core.retrieval.warm_start import run_warm_start_ict
+from realm_core.retrieval.warm_start import run_warm_start_ict, run_warm_start_retromae
 from tasks.reporting import run_stage
 
 
@@ -35,6 +41,13 @@ def warm_start_ict(blocks: ArtifactRef, spans: ArtifactRef, config: ICTConfig, r
                    force: bool = False) -> dict[str, Any]:
     return run_stage("warm start (ICT)", lambda p: run_warm_start_ict(ArtifactStore(root), blocks,
                                                                        spans, config, p, force=force))
+
+
+@task(name="warm-start-retromae")
+def warm_start_retromae(blocks: ArtifactRef, config: RetroMAEConfig, root: str,
+                        force: bool = False) -> dict[str, Any]:
+    return run_stage("warm start (RetroMAE)", lambda p: run_warm_start_retromae(
+        ArtifactStore(root), blocks, config, p, force=force))
 
 
 @task(name="evaluate-retrieval")

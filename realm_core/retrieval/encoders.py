@@ -89,6 +89,12 @@ class RetrieverEncoder(nn.Module):
                 except (OSError, RuntimeError) as e:
                     raise ArtifactError(f"{directory / PROJECTION_FILE}: unreadable retriever head ({e})") from None
             return model
+        return cls.from_bert(bert, projection_dim, pooling, seed, normalize)
+
+    @classmethod
+    def from_bert(cls, bert: Any, projection_dim: int = 128, pooling: Pooling = "cls", seed: int = 0,
+                  normalize: bool = False) -> RetrieverEncoder:
+        """A BERT body (shared, not copied) with a fresh head: normal, std H^-1/2, seeded."""
         if pooling not in ("cls", "mean"):
             raise ConfigError(f"pooling {pooling!r}: expected 'cls' or 'mean'")
         model = cls(bert, projection_dim, pooling, normalize)

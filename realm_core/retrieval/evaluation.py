@@ -225,9 +225,11 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
 
 
 def standard_systems(retriever_ref: ArtifactRef | None, embed: EmbedConfig, encoder: str,
-                     projection_dim: int, seed: int) -> list[RetrieverSystem]:
+                     projection_dim: int, seed: int,
+                     others: dict[str, ArtifactRef] | None = None) -> list[RetrieverSystem]:
     """BM25, the untrained projection (the warm start's own starting point), the warm-started
-    retriever when given, and off-the-shelf all-MiniLM mean pooling as a labelled reference."""
+    retriever when given, other warm starts by name (`others`, e.g. RetroMAE), and off-the-shelf
+    all-MiniLM mean pooling as a labelled reference."""
     from realm_core.config import BUNDLED_ENCODER
     from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 
@@ -240,6 +242,9 @@ def standard_systems(retriever_ref: ArtifactRef | None, embed: EmbedConfig, enco
     if retriever_ref is not None:
         systems.append(RetrieverSystem("ICT", "dense", query_encoder_dir(retriever_ref),
                                        embed.model_copy(update={"doc_encoder": doc_encoder_dir(retriever_ref)})))
+    for name, ref in (others or {}).items():
+        systems.append(RetrieverSystem(name, "dense", query_encoder_dir(ref),
+                                       embed.model_copy(update={"doc_encoder": doc_encoder_dir(ref)})))
     if encoder == BUNDLED_ENCODER:
         systems.append(RetrieverSystem(
             "all-MiniLM-L6-v2 mean pooling", "dense", encoder,

@@ -21,7 +21,7 @@ from realm_core.artifacts import (
     artifact_key,
     code_version,
 )
-from realm_core.config import ICTConfig
+from realm_core.config import ICTConfig, RetroMAEConfig
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.encoders import load_tokenizer
 from realm_core.errors import ConfigError
@@ -32,7 +32,10 @@ from realm_core.retrieval.stage import encoder_hash
 KIND = "retriever"
 ICT_CODE = ("realm_core.retrieval.warm_start", "realm_core.retrieval.inverse_cloze",
             "realm_core.retrieval.encoders", "realm_core.training")
+RETROMAE_CODE = ("realm_core.retrieval.warm_start", "realm_core.retrieval.retromae",
+                 "realm_core.retrieval.encoders", "realm_core.pretrain.reader", "realm_core.training")
 CURVE_COLUMNS = ("step", "loss", "accuracy", "learning_rate")
+RETROMAE_COLUMNS = ("step", "loss", "encoder_loss", "decoder_loss", "learning_rate")
 
 
 def query_encoder_dir(ref: ArtifactRef) -> str:
@@ -43,10 +46,10 @@ def doc_encoder_dir(ref: ArtifactRef) -> str:
     return f"{ref.path}/doc_encoder"
 
 
-def checkpoint_root(store: ArtifactStore, key: str) -> Path:
+def checkpoint_root(store: ArtifactStore, key: str, method: str = "") -> Path:
     if not store.local:
         raise ConfigError(f"{store.url}: training checkpoints need a local artifact root")
-    return Path(store.root) / "checkpoints" / f"warm-start-{key}"
+    return Path(store.root) / "checkpoints" / f"warm-start-{method + '-' if method else ''}{key}"
 
 
 def _report(rows: list[dict[str, Any]]) -> str:
@@ -101,6 +104,57 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     hit = store.lookup(KIND, key)
     assert hit is not None
     return StageResult(hit.ref, False, stats, _report(rows))
+
+
+def _retromae_report(rows: list[dict[str, Any]]) -> str:
+    return "### RetroMAE loss curve\n\n" + curve_markdown(rows, RETROMAE_COLUMNS)
+
+
+def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, config: RetroMAEConfig,
+                            progress: Progress | None = None, force: bool = False) -> StageResult:
+    """RetroMAE over the blocks; the trained encoder becomes both retriever encoders (RetroMAE
+    trains one encoder; REALM then trains the two apart), pooled at [CLS]."""
+    from realm_core.retrieval.retromae import RetroMAE, train_retromae
+
+    inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.encoder),
+              "code": code_version(RETROMAE_CODE, ("torch", "transformers"))}
+    key = artifact_key(config.config_hash(), inputs)
+    if not force and (hit := store.lookup(KIND, key)) is not None:
+        rows = hit.read_table("retromae_curve").to_pylist()
+        return StageResult(hit.ref, True, hit.manifest["stats"], _retromae_report(rows))
+    blocks = store.open(blocks_ref, kind="blocks")
+    table = blocks.read_table("blocks", ["title", "text"])
+    if table.num_rows == 0:
+        raise ConfigError(f"{blocks.path}: no blocks to train RetroMAE on")
+    tokenizer = load_tokenizer(config.encoder)
+    model = RetroMAE.from_pretrained(config.encoder, dropout=config.dropout)
+    ckpt_root = checkpoint_root(store, key, "retromae")
+    t0 = time.perf_counter()
+    curve = train_retromae(model, table.column("title").to_pylist(), table.column("text").to_pylist(),
+                           tokenizer, config, ckpt_root, progress or NoProgress())
+    rows = [p.__dict__ for p in curve]
+    tail = rows[-min(10, len(rows)):]
+    stats = {"steps": config.steps, "blocks": table.num_rows, "batch_size": config.batch_size,
+             "enhanced_decoding": config.enhanced_decoding,
+             "first_loss": round(rows[0]["loss"], 4),
+             "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
+             "final_decoder_loss": round(sum(r["decoder_loss"] for r in tail) / len(tail), 4),
+             "train_seconds": round(time.perf_counter() - t0, 1)}
+    with store.write(KIND, key, config=config.model_dump(mode="json"),
+                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+        for name in ("query_encoder", "doc_encoder"):
+            encoder = RetrieverEncoder.from_bert(model.masked_lm.bert, config.projection_dim, "cls",
+                                                 config.seed)
+            encoder.step = config.steps
+            encoder.save_pretrained(out.tmp / name, tokenizer_source=config.encoder)
+        out.table("retromae_curve").write(rows)
+        plot_curves(rows, "step", ["encoder_loss", "decoder_loss"], out.file("retromae_curve.png"),
+                    f"RetroMAE warm start ({config.batch_size} per batch)")
+        out.extra_manifest.update({"stats": stats, "method": "retromae", "step": config.steps})
+    shutil.rmtree(ckpt_root, ignore_errors=True)
+    hit = store.lookup(KIND, key)
+    assert hit is not None
+    return StageResult(hit.ref, False, stats, _retromae_report(rows))
 
 
 def latest_retriever(store: ArtifactStore) -> ArtifactRef | None:

@@ -83,8 +83,14 @@ def test_warm_start_then_null_only_pretraining_from_the_command_line(shared_data
               "--set", "pretrain.steps=2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "REALM model (null_only)" in r.stdout and "held-out masked salient spans" in r.stdout
-    r = realm("warm-start", "--method", "retromae", "--preset", "tiny", "--root", root, cwd=tmp_path)
-    assert r.returncode == 2 and "expected 'ict'" in r.stderr
+    r = realm("warm-start", "--method", "mae", "--preset", "tiny", "--root", root, cwd=tmp_path)
+    assert r.returncode == 2 and "expected 'ict' or 'retromae'" in r.stderr
+    r = realm("pretrain", "--preset", "tiny", "--root", root, "--set", "pretrain.warm_start=retromae",
+              "--set", "pretrain.steps=2", "--set", "retromae.steps=2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    runs = list((tmp_path / "art" / "retriever").iterdir())
+    methods = sorted(json.loads((d / "manifest.json").read_text())["method"] for d in runs)
+    assert methods == ["ict", "retromae"]
 
 
 def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, tmp_path: Path) -> None:

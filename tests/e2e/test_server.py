@@ -58,8 +58,8 @@ def test_deployments_listed(server: dict[str, str]) -> None:
     r = prefect(server, "deployment", "ls")
     assert r.returncode == 0
     for name in ("realm/full-pipeline", "ingest-corpus/realm", "chunk-blocks/realm",
-                 "mine-salient-spans/realm", "warm-start-ict/realm", "evaluate-retrieval/realm",
-                 "pretrain-realm/realm", "finetune-openqa/realm", "evaluate-openqa/realm",
+                 "mine-salient-spans/realm", "warm-start-ict/realm", "warm-start-retromae/realm",
+                 "evaluate-retrieval/realm", "pretrain-realm/realm", "finetune-openqa/realm", "evaluate-openqa/realm",
                  "refresh-index/refresh-index"):
         assert name in r.stdout, r.stdout
 

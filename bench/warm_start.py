@@ -1,0 +1,106 @@
+"""Warm starts compared (issue: RetroMAE vs ICT): zero-shot recall@5/20 on SQuAD-open and the DPR
+NQ sample of the untrained projection, ICT, RetroMAE and RetroMAE without enhanced decoding,
+each warm start trained with the same budget (steps x batch x tokens per example), all
+evaluated in one run on the same blocks. With --openqa, also REALM pretraining from each warm
+start followed by open-QA fine-tuning and exact match on SQuAD-open (same budgets).
+
+Stages run through the artifact cache of the work dir (ICT comes from `make demo`).
+
+    .venv/bin/python bench/warm_start.py [--preset demo] [--root work/artifacts] [--openqa]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.blocks import run_chunk
+from realm_core.config import PipelineConfig, load_config, work_dir
+from realm_core.ingest.stage import run_ingest
+from realm_core.progress import NoProgress
+from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
+from realm_core.retrieval.warm_start import run_warm_start_ict, run_warm_start_retromae
+from realm_core.spans.mining import run_mine_spans
+
+
+def budget(steps: int, batch: int, tokens: int) -> dict[str, int]:
+    return {"steps": steps, "batch_size": batch, "tokens_per_example": tokens,
+            "tokens": steps * batch * tokens}
+
+
+def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: object, spans: object,
+              retriever: object) -> dict[str, object]:
+    """REALM pretraining from `retriever`, then fine-tuning and SQuAD-open exact match."""
+    from realm_core.openqa.qa_stage import qa_systems, run_evaluate_openqa, run_finetune
+    from realm_core.openqa.stage import run_load_questions
+    from realm_core.pretrain.stage import run_pretrain
+
+    realm = run_pretrain(store, blocks.ref, spans.ref, retriever.ref, cfg.pretrain, cfg.masking,  # type: ignore[attr-defined]
+                         cfg.embed, cfg.index, NoProgress())
+    questions = run_load_questions(store, cfg.questions)
+    system = next(s for s in qa_systems(retriever.ref, realm.ref, cfg.embed, cfg.ict.encoder)  # type: ignore[attr-defined]
+                  if s.key == "realm")
+    model = run_finetune(store, blocks.ref, questions.ref, system, cfg.finetune, NoProgress())  # type: ignore[attr-defined]
+    evaluation = cfg.openqa_eval.model_copy(update={"datasets": ("squad-open",)})
+    result = run_evaluate_openqa(store, blocks.ref, questions.ref, [(system, model.ref)],  # type: ignore[attr-defined]
+                                 cfg.finetune, evaluation, NoProgress())
+    squad = store.open(result.ref).manifest["results"]["squad-open"]
+    return {"realm_model": realm.ref.path, **squad["systems"][system.name], "questions": squad["questions"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="demo")
+    ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
+    ap.add_argument("--openqa", action="store_true", help="also REALM-pretrain and fine-tune from each warm start")
+    args = ap.parse_args()
+    cfg = load_config(args.preset)
+    store = ArtifactStore(args.root or work_dir() / "artifacts")
+    t0 = time.perf_counter()
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    warm = {"RetroMAE": cfg.retromae,
+            "RetroMAE, plain decoder": cfg.retromae.model_copy(update={"enhanced_decoding": False})}
+    trained = {}
+    for name, config in warm.items():
+        print(f"training {name} ({config.steps} steps x {config.batch_size} x {config.block_length} tokens)")
+        trained[name] = run_warm_start_retromae(store, blocks.ref, config, NoProgress())
+        print(f"  {trained[name].stats}")
+    systems = [s for s in standard_systems(ict.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim,
+                                           cfg.ict.seed, {k: v.ref for k, v in trained.items()})
+               if s.name != "BM25" and "reference" not in s.note]
+    evaluation = run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval, NoProgress())
+    print(evaluation.report)
+    manifest = store.open(evaluation.ref).manifest
+    budgets = {"ICT": budget(cfg.ict.steps, cfg.ict.batch_size, cfg.ict.query_length + cfg.ict.block_length),
+               **{k: budget(c.steps, c.batch_size, c.block_length) for k, c in warm.items()}}
+    seconds = {"ICT": ict.stats.get("train_seconds"), **{k: v.stats["train_seconds"] for k, v in trained.items()}}
+    out_json: dict[str, object] = {
+        "preset": args.preset, "machine": platform.machine(), "budgets": budgets, "train_seconds": seconds,
+        "results": manifest["results"], "systems": manifest["systems"],
+    }
+    if args.openqa:
+        start = {"ICT": ict, "RetroMAE": trained["RetroMAE"]}
+        out_json["openqa"] = {}
+        for name, retriever in start.items():
+            pre = cfg.model_copy(update={"pretrain": cfg.pretrain.model_copy(
+                update={"warm_start": "ict" if name == "ICT" else "retromae"})})
+            out_json["openqa"][name] = openqa_em(store, pre, blocks, spans, retriever)  # type: ignore[index]
+            print(f"REALM from {name}: {out_json['openqa'][name]}")  # type: ignore[index]
+    out_json["seconds"] = round(time.perf_counter() - t0, 1)
+    out = ROOT / "bench" / "results" / "warm_start.json"
+    out.write_text(json.dumps(out_json, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
