@@ -70,7 +70,35 @@ def embed_table(result: dict) -> str:
         f"{result['batch_size']} | blocks/s | ratio |", "|---|---|---|",
         f"| raw transformers forward, padded to 288 (peer) | {result['raw']['blocks_per_s']:.1f} | 1.00 |",
         f"| realm `embed_texts` (length-sorted batches) | {result['realm']['blocks_per_s']:.1f} | "
-        f"**{result['ratio']:.2f}** |"])
+        f"**{result['ratio']:.2f}** |", *_parallel_rows(result.get("parallel"))])
+
+
+def _parallel_rows(p: dict | None) -> list[str]:
+    if not p:
+        return []
+    return ["", f"| `embed_blocks`, {p['blocks']:,} blocks in {p['shards']} shards | blocks/s | ratio |",
+            "|---|---|---|",
+            f"| 1 process x {p['one_process']['threads']} threads (peer) | "
+            f"{p['one_process']['blocks_per_s']:.1f} | 1.00 |",
+            f"| {p['workers']} worker processes x {p['parallel']['threads']} thread(s), start-up included | "
+            f"{p['parallel']['blocks_per_s']:.1f} | **{p['ratio']:.2f}** |"]
+
+
+def warm_start_table(result: dict) -> str:
+    res = result["results"]
+    datasets = sorted(res, key=lambda d: d != "squad-open")
+    metrics = [m for m in res[datasets[0]]["metrics"] if m in ("R@5", "R@20")]
+    head = " | ".join(f"{d} {m}" for d in datasets for m in metrics)
+    lines = [f"| retriever | budget (steps x batch x tokens) | train (s) | {head} |",
+             "|---|---|---:|" + "---:|" * (len(datasets) * len(metrics))]
+    for s in result["systems"]:
+        b = result["budgets"].get(s["name"])
+        budget = f"{b['steps']} x {b['batch_size']} x {b['tokens_per_example']}" if b else "-"
+        secs = result["train_seconds"].get(s["name"])
+        cells = " | ".join(f"{res[d]['systems'][s['name']][m]:.3f}" for d in datasets for m in metrics)
+        lines.append(f"| {s['name']} | {budget} | {secs if secs is not None else '-'} | {cells} |")
+    sizes = "; ".join(f"{d}: {res[d]['questions']:,} questions over {res[d]['blocks']:,} blocks" for d in datasets)
+    return "\n".join(lines) + f"\n\n{sizes}."
 
 
 def retrieval_table(result: dict) -> str:
@@ -154,7 +182,8 @@ def openqa_table(result: dict) -> str:
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
-                                            "pretrain_step": pretrain_step_table, "openqa": openqa_table}
+                                            "pretrain_step": pretrain_step_table, "openqa": openqa_table,
+                                            "warm_start": warm_start_table}
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ start followed by open-QA fine-tuning and exact match on SQuAD-open (same budget
 
 Stages run through the artifact cache of the work dir (ICT comes from `make demo`).
 
-    .venv/bin/python bench/warm_start.py [--preset demo] [--root work/artifacts] [--openqa]
+    .venv/bin/python bench/warm_start.py [--preset demo] [--root work/artifacts] [--openqa] [--steps N]
+
+--steps N trains every warm start for N steps: a cheaper comparison at an equal, smaller budget
+(the table's budget column says which was run).
 """
 
 from __future__ import annotations
@@ -61,12 +64,17 @@ def main() -> None:
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--openqa", action="store_true", help="also REALM-pretrain and fine-tune from each warm start")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="train every warm start (ICT included) for this many steps instead of the preset's")
     args = ap.parse_args()
-    cfg = load_config(args.preset)
+    cfg = load_config(args.preset, overrides=[f"{s}.steps={args.steps}" for s in ("ict", "retromae")]
+                      if args.steps else ())
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
     blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
     spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    print(f"training ICT ({cfg.ict.steps} steps x {cfg.ict.batch_size} x "
+          f"{cfg.ict.query_length}+{cfg.ict.block_length} tokens) unless cached")
     ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
     warm = {"RetroMAE": cfg.retromae,
             "RetroMAE, plain decoder": cfg.retromae.model_copy(update={"enhanced_decoding": False})}

@@ -47,3 +47,23 @@ def prefect_harness():  # type: ignore[no-untyped-def]
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 2-layer, 32-wide random BERT with the bundled vocabulary, saved as a local HF directory."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from realm_core.config import BUNDLED_ENCODER
+    from realm_core.encoders import load_tokenizer
+
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    BertModel(config).save_pretrained(str(directory), safe_serialization=True)
+    tok.save_pretrained(str(directory))
+    return str(directory)

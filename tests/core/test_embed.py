@@ -54,14 +54,19 @@ def test_save_and_load_round_trip(tmp_path: Path, encoder: RetrieverEncoder) -> 
     assert (tmp_path / "doc-encoder" / "model.safetensors").is_file()
 
 
-def test_embed_blocks_shards_in_block_order(tmp_path: Path, encoder: RetrieverEncoder) -> None:
+def _blocks(tmp_path: Path, texts: list[str]) -> object:
+    """A blocks artifact of one document titled T, one block per text."""
     store = ArtifactStore(tmp_path / "art")
-    texts = [f"Block number {i} " + "word " * (i * 3) for i in range(7)]
     rows = [{"block_id": i, "doc_id": "d", "title": "T", "text": t, "n_wordpieces": 1,
              "char_start": 0, "char_end": 1} for i, t in enumerate(texts)]
     with store.write("blocks", "b", config={}, config_hash="c", inputs={}) as w:
         w.table("blocks").write(rows)
-    blocks = store.lookup("blocks", "b")
+    return store.lookup("blocks", "b")
+
+
+def test_embed_blocks_shards_in_block_order(tmp_path: Path, encoder: RetrieverEncoder) -> None:
+    texts = [f"Block number {i} " + "word " * (i * 3) for i in range(7)]
+    blocks = _blocks(tmp_path, texts)
     tok = load_tokenizer(BUNDLED_ENCODER)
     summary = embed_blocks(blocks, encoder, tok, tmp_path / "emb", max_length=64, batch_size=2,
                            shard_size=3)
@@ -79,13 +84,7 @@ def test_embed_blocks_shards_in_block_order(tmp_path: Path, encoder: RetrieverEn
 
 
 def test_parallel_workers_write_the_same_shards(tmp_path: Path, encoder: RetrieverEncoder) -> None:
-    store = ArtifactStore(tmp_path / "art")
-    texts = [f"Shard test {i} " + "token " * i for i in range(5)]
-    rows = [{"block_id": i, "doc_id": "d", "title": "T", "text": t, "n_wordpieces": 1,
-             "char_start": 0, "char_end": 1} for i, t in enumerate(texts)]
-    with store.write("blocks", "b", config={}, config_hash="c", inputs={}) as w:
-        w.table("blocks").write(rows)
-    blocks = store.lookup("blocks", "b")
+    blocks = _blocks(tmp_path, [f"Shard test {i} " + "token " * i for i in range(5)])
     tok = load_tokenizer(BUNDLED_ENCODER)
     kwargs = {"max_length": 64, "batch_size": 2, "shard_size": 2}
     serial = embed_blocks(blocks, encoder, tok, tmp_path / "one", **kwargs)  # type: ignore[arg-type]

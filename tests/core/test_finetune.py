@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from realm_core.config import BUNDLED_ENCODER, FinetuneConfig
+from realm_core.config import FinetuneConfig
 from realm_core.encoders import load_tokenizer
 from realm_core.errors import InputError
 from realm_core.openqa.finetune import (
@@ -34,21 +34,6 @@ QUESTIONS = [QAQuestion("q0", "What is the capital of France?", ("Paris",)),
              QAQuestion("q1", "Which river flows through the capital of Germany?", ("Spree", "the Spree")),
              QAQuestion("q2", "When was the capital of Italy founded?", ("753 BC",)),
              QAQuestion("q3", "Which museum is in the capital of Spain?", ("Prado",))]
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from transformers import BertConfig, BertModel
-
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    tok = load_tokenizer(BUNDLED_ENCODER)
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
-    BertModel(config).save_pretrained(str(directory), safe_serialization=True)
-    tok.save_pretrained(str(directory))
-    return str(directory)
 
 
 def _config(**kw: object) -> FinetuneConfig:

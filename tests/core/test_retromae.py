@@ -17,20 +17,6 @@ from realm_core.retrieval.retromae import (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from transformers import BertConfig, BertModel
-
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    tok = load_tokenizer(BUNDLED_ENCODER)
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(str(directory), safe_serialization=True)
-    tok.save_pretrained(str(directory))
-    return str(directory)
-
-
 def test_enhanced_mask_never_self_always_the_embedding_and_the_configured_rate() -> None:
     valid = torch.ones(16, 40, dtype=torch.bool)
     valid[3, 25:] = False  # a padded row
