@@ -68,8 +68,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # (150, 1e-4) 0.587.
         "ict": {"batch_size": 256, "steps": 150, "query_length": 32, "block_length": 64,
                 "learning_rate": 1e-4, "warmup_steps": 10, "dropout": 0.0},
-        # ICT's budget in steps x batch x tokens (150 x 256 x 96); the decoder's full-vocabulary
-        # loss at every position makes a step cost about twice ICT's.
+        # ICT's budget in steps x batch x tokens (150 x 256 x 96). The decoder's full-vocabulary
+        # loss at every position makes a step cost far more than ICT's on 2 cores (95 s vs 7-10 s
+        # measured with another job running): a GPU run, or --set retromae.steps=N to try it.
         "retromae": {"batch_size": 256, "steps": 150, "block_length": 96, "learning_rate": 1e-4,
                      "warmup_steps": 10, "dropout": 0.0},
         # about 2.5 s/step on 2 cores (8 x 4 reader sequences of 128, 24 blocks re-embedded).
