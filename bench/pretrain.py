@@ -56,6 +56,7 @@ def main() -> None:
     result_json = {
         "preset": args.preset, "machine": platform.machine(), "seconds": round(time.perf_counter() - t0, 1),
         "budget": {"steps": p.steps, "batch_size": p.batch_size, "learning_rate": p.learning_rate,
+                   "retriever_lr_scale": p.retriever_lr_scale,
                    "top_k": p.top_k, "reader_length": p.reader_length, "refresh_every": p.refresh_every,
                    "sync_refresh": p.sync_refresh, "relevance": p.relevance, "masking": cfg.masking.strategy},
         "runs": runs,

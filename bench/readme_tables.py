@@ -126,12 +126,13 @@ def retrieval_table(result: dict) -> str:
 def pretrain_table(result: dict) -> str:
     b = result["budget"]
     lines = [f"| run ({b['steps']} steps x {b['batch_size']} examples, lr {b['learning_rate']}, "
-             f"k={b['top_k']} with the null block) | held-out span accuracy | held-out retrieval utility | "
-             "held-out p(null) | final train loss | blocked on index | wall (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"k={b['top_k']} with the null block) | held-out span accuracy | held-out log p(y given x) | "
+             "held-out retrieval utility | held-out p(null) | final train loss | blocked on index | wall (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, run in result["runs"].items():
         s = run["stats"]
-        lines.append(f"| {name} | {s['heldout_span_accuracy']:.3f} | {s['heldout_retrieval_utility']:.3f} | "
+        lines.append(f"| {name} | {s['heldout_span_accuracy']:.3f} | {run['eval'][-1]['log_likelihood']:.2f} | "
+                     f"{s['heldout_retrieval_utility']:.3f} | "
                      f"{s['heldout_p_null']:.3f} | {s['final_loss']:.2f} | "
                      f"{100 * s['blocked_on_index_fraction']:.1f}% | {s['wall_seconds']:.0f} |")
     realm = result["runs"]["REALM"]["stats"]
@@ -140,7 +141,8 @@ def pretrain_table(result: dict) -> str:
               "articles never trained on; "
               f"{realm['train_examples']:,} training examples; refresh every {b['refresh_every']} steps, "
               f"{'synchronous' if b['sync_refresh'] else 'asynchronous'}; relevance `{b['relevance']}`; "
-              f"masking `{b['masking']}`."]
+              f"masking `{b['masking']}`; encoders at {b.get('retriever_lr_scale', 1.0)}x the reader's "
+              "learning rate."]
     return "\n".join(lines)
 
 
