@@ -9,6 +9,7 @@ reuses the documents, and on a fresh root it ingests first.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -254,11 +255,29 @@ def pretrain(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
                  help="wait for each index refresh (deterministic) or keep training on the old index "
                       "(default: pretrain.sync_refresh)")] = None,
              retrieval: Annotated[str | None, typer.Option(
-                 help="realm, or null_only for the BERT-style baseline (REALM Table 2)")] = None) -> None:
-    """blocks + salient spans + warm-started retriever -> [bold]REALM model[/]: masked salient spans predicted by marginalising over the top-k retrieved blocks and the null block; retriever and reader trained jointly; index refreshed every pretrain.refresh_every steps. Killed runs resume from their last checkpoint when rerun.
+                 help="realm, or null_only for the BERT-style baseline (REALM Table 2)")] = None,
+             nproc: Annotated[int, typer.Option(
+                 min=1, help="data-parallel processes on this machine (relaunches under torchrun: "
+                             "gloo on CPU, nccl on GPUs); for several machines run torchrun yourself")] = 1,
+             ) -> None:
+    """blocks + salient spans + warm-started retriever -> [bold]REALM model[/]: masked salient spans predicted by marginalising over the top-k retrieved blocks and the null block; retriever and reader trained jointly; index refreshed every pretrain.refresh_every steps. Killed runs resume from their last checkpoint when rerun, on any number of processes.
 
-    Example: realm pretrain --preset demo --sync-refresh --set pretrain.steps=400"""
+    Example: realm pretrain --preset demo --sync-refresh --set pretrain.steps=400
+
+    Data parallel: realm pretrain --nproc 2, or torchrun --nproc-per-node 8 -m flows.cli pretrain --preset paper"""
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        # the same command line, once per rank, without --nproc (torchrun would read it as its own)
+        args, skip = [], False
+        for arg in sys.argv[1:]:
+            if skip or arg == "--nproc" or arg.startswith("--nproc="):
+                skip = arg == "--nproc"
+                continue
+            args.append(arg)
+        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  f"--nproc-per-node={nproc}", "-m", "flows.cli", *args])
+    from realm_core.distributed import Placement, rank_zero_first
     from realm_core.pretrain.stage import run_pretrain
+    from realm_core.progress import NoProgress
     from realm_core.spans.mining import run_mine_spans
 
     with _errors():
@@ -268,13 +287,18 @@ def pretrain(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         if retrieval is not None:
             sets.append(f"pretrain.retrieval={retrieval}")
         cfg, store = _setup(preset, config, sets, root)
-        blocks = _blocks(cfg, store)
-        spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
-        retriever_ref = _pretrain_retriever(cfg, store, blocks, spans)
+        placement = Placement.from_env(cfg.pretrain.device, cfg.pretrain.precision)
+        with rank_zero_first(placement):  # upstream stages run once, the other ranks hit the cache
+            blocks = _blocks(cfg, store)
+            spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
+            retriever_ref = _pretrain_retriever(cfg, store, blocks, spans)
         result = run_pretrain(store, blocks.ref, spans.ref, retriever_ref, cfg.pretrain, cfg.masking,
-                              cfg.embed, cfg.index, RichProgress(), force=force)
-        _report(f"REALM model ({cfg.pretrain.retrieval})", result.ref, result.cached, result.stats)
-        out.print(result.report)
+                              cfg.embed, cfg.index, RichProgress() if placement.is_main else NoProgress(),
+                              force=force)
+        placement.close()
+        if placement.is_main:
+            _report(f"REALM model ({cfg.pretrain.retrieval})", result.ref, result.cached, result.stats)
+            out.print(result.report)
 
 
 @app.command("evaluate-retrieval")

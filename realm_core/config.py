@@ -22,6 +22,12 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
 
 
+DEVICE_DEFAULT = "auto"
+DEVICE_HELP = ("auto: this process's GPU (its torchrun local rank) where CUDA is available, else "
+               "the CPU; or cpu, cuda, cuda:N")
+PRECISION_HELP = "bf16: autocast matrix products to bfloat16 (GPUs; weights stay fp32)"
+
+
 class StageConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -101,7 +107,7 @@ class MaskingConfig(StageConfig):
 class EmbedConfig(StageConfig):
     """Block embeddings with the document (knowledge) encoder (REALM §3.1)."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
     projection_dim: int = Field(128, ge=0, description="used when the encoder has no saved head; "
@@ -115,6 +121,8 @@ class EmbedConfig(StageConfig):
     float16: bool = Field(False, description="store embeddings as float16")
     workers: int = Field(1, ge=1, description="processes embedding shards in parallel, each with "
                          "cores/workers threads (pays off with many shards and cores)")
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
 
 
 class IndexConfig(StageConfig):
@@ -227,7 +235,7 @@ class RetroMAEConfig(StageConfig):
 class PretrainConfig(StageConfig):
     """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
 
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
@@ -266,6 +274,8 @@ class PretrainConfig(StageConfig):
     checkpoint_every: int = Field(1000, ge=1)
     log_every: int = Field(10, ge=1)
     seed: int = 0
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
 
 
 class FinetuneConfig(StageConfig):

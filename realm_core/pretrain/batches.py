@@ -79,6 +79,12 @@ class ReaderBatch:
     block_mask: torch.Tensor        # (B, K) True where the slot holds a block (null: always)
     block_ids: np.ndarray           # (B, K) with -1 for the null block and for empty slots
 
+    def to(self, device: torch.device) -> ReaderBatch:
+        """The tensors on `device` (the block ids stay a NumPy array)."""
+        return ReaderBatch(self.input_ids.to(device), self.attention_mask.to(device),
+                           self.masked_positions.to(device), self.targets.to(device),
+                           self.target_mask.to(device), self.block_mask.to(device), self.block_ids)
+
 
 def reader_batch(examples: list[MaskedExample], candidates: np.ndarray, blocks: BlockTexts,
                  tokenizer: Any, reader_length: int) -> ReaderBatch:

@@ -10,6 +10,10 @@ Batches and dropout masks are functions of (seed, step), and a checkpoint holds 
 optimizer, the curves and the index version in use, so a run killed at any moment and rerun
 resumes where it was; with synchronous refresh it ends with the same parameters.
 
+Under torchrun the loop is data parallel (`realm_core.distributed`): each rank reads its slice of
+the same global batch, DistributedDataParallel averages the gradients, rank 0 refreshes the index
+and checkpoints, and every rank switches to a new index version at the same step.
+
 Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim.
 """
 
@@ -26,6 +30,7 @@ import numpy as np
 import torch
 
 from realm_core.config import PretrainConfig
+from realm_core.distributed import Placement, gradient_sync, unwrap
 from realm_core.pretrain.batches import (
     NULL_BLOCK,
     BlockTexts,
@@ -74,41 +79,46 @@ class Curves:
 
 
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
-                  data: PretrainData, config: PretrainConfig) -> tuple[MarginalOutput, Any, torch.Tensor]:
+                  data: PretrainData, config: PretrainConfig,
+                  placement: Placement | None = None) -> tuple[MarginalOutput, Any, torch.Tensor]:
     """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch."""
+    place = placement or Placement.single()
+    dev = place.device
     tok = data.tokenizer
     retriever_grad = torch.enable_grad() if not config.freeze_retriever else torch.no_grad()
     b = len(examples)
     if config.retrieval == "null_only" or index is None:
         candidates = np.zeros((b, 0), dtype=np.int64)
-        scores = torch.zeros((b, 1))  # (B, 1): the null block alone, p(null|x) = 1
-        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
+        scores = torch.zeros((b, 1), device=dev)  # (B, 1): the null block alone, p(null|x) = 1
+        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length).to(dev)
     else:
-        with retriever_grad:
-            q = models.query_encoder(*pad_sequences([ex.input_ids for ex in examples],
-                                                    tok.pad_token_id))  # (B, D)
+        with retriever_grad, place.autocast():
+            ids, mask = pad_sequences([ex.input_ids for ex in examples], tok.pad_token_id)
+            q = models.query_encoder(ids.to(dev), mask.to(dev)).float()  # (B, D)
         # the (stale) index proposes; REALM §3.4: trivial retrievals (the query's block) are dropped
-        _, ranked = index.index.search(q.detach().float().numpy(), config.top_k - 1 + config.exclusion_margin)
+        _, ranked = index.index.search(q.detach().cpu().numpy(), config.top_k - 1 + config.exclusion_margin)
         candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
                                          config.exclusion)  # (B, K-1)
-        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
+        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length).to(dev)
         if config.relevance == "recompute":
             # relevance recomputed with the current document encoder, null block first
             unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
             row_of = {z: i for i, z in enumerate(unique)}
-            with retriever_grad:
-                d = models.doc_encoder(**doc_encoder_inputs(np.asarray(unique), data.blocks, tok,
-                                                            config.doc_length))  # (U, D)
-            rows = torch.tensor([[row_of.get(int(z), 0) for z in row] for row in batch.block_ids])  # (B, K)
+            inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length)
+            with retriever_grad, place.autocast():
+                d = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (U, D)
+            rows = torch.tensor([[row_of.get(int(z), 0) for z in row] for row in batch.block_ids],
+                                device=dev)  # (B, K)
             scores = torch.einsum("bd,bkd->bk", q, d[rows])  # (B, K)
         else:
             # the index's stale vectors for the retrieved blocks; only the null block is embedded
-            with retriever_grad:
-                null = models.doc_encoder(**doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok,
-                                                               config.doc_length))  # (1, D)
-            stale = torch.from_numpy(index.index.reconstruct(candidates))  # (B, K-1, D)
+            inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
+            with retriever_grad, place.autocast():
+                null = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (1, D)
+            stale = torch.from_numpy(index.index.reconstruct(candidates)).to(dev)  # (B, K-1, D)
             scores = torch.cat([q @ null.T, torch.einsum("bd,bkd->bk", q, stale)], dim=1)  # (B, K)
-    token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
+    with place.autocast():
+        token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
     out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask)
     return out, batch, scores
 
@@ -132,34 +142,46 @@ def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor) -> dict
     return metrics
 
 
+EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
+
+
 def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
-             config: PretrainConfig, examples: int) -> dict[str, float]:
-    """Held-out masked salient-span metrics, averaged over `examples` held-out examples."""
+             config: PretrainConfig, examples: int, placement: Placement | None = None) -> dict[str, float]:
+    """Held-out masked salient-span metrics, averaged over `examples` held-out examples (each
+    rank scores its slice; the sums are added over ranks)."""
+    place = placement or Placement.single()
     for m in models.modules().values():
         m.eval()
-    totals: dict[str, float] = {}
+    totals = dict.fromkeys(EVAL_METRICS, 0.0)
     held = data.heldout[:examples]
+    mine = place.shard(held)
     with torch.no_grad():
-        for start in range(0, len(held), config.batch_size):
-            chunk = held[start:start + config.batch_size]
-            out, batch, scores = realm_forward(models, chunk, index, data, config)
+        for start in range(0, len(mine), config.batch_size):
+            chunk = mine[start:start + config.batch_size]
+            out, batch, scores = realm_forward(models, chunk, index, data, config, place)
             for k, v in batch_metrics(out, batch, scores).items():
-                totals[k] = totals.get(k, 0.0) + v * len(chunk)
+                totals[k] += v * len(chunk)
     for m in models.modules().values():
         m.train()
-    return {k: v / max(len(held), 1) for k, v in totals.items()} | {"examples": float(len(held))}
+    summed = place.sum(list(totals.values()))
+    return {k: v / max(len(held), 1) for k, v in zip(totals, summed, strict=True)} | {"examples": float(len(held))}
 
 
 def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
                 index_at: Callable[[int], IndexHandle] | None, refresher: IndexRefresher | None,
                 base_step: int, checkpoint_root: Path, progress: Progress | None = None,
-                on_log: Callable[[dict[str, float]], None] | None = None) -> Curves:
+                on_log: Callable[[dict[str, float]], None] | None = None,
+                placement: Placement | None = None) -> Curves:
     """Train in place for `config.steps` steps; resumes from the newest checkpoint.
 
     `index_at(step)` opens index version v<step>; `base_step` is the retriever's step before
     pretraining (the warm start's), whose index the run starts with, so versions keep rising.
-    Without `index_at` (the null-only baseline) nothing is retrieved."""
+    Without `index_at` (the null-only baseline) nothing is retrieved. Under torchrun only rank 0
+    is given a `refresher`; the others follow the index version it broadcasts."""
+    place = placement or Placement.single()
     progress = progress or NoProgress()
+    for m in models.modules().values():
+        m.to(place.device)
     trainable = [models.reader] + ([] if config.freeze_retriever else [models.query_encoder, models.doc_encoder])
     scales = [1.0] + [config.retriever_lr_scale] * (len(trainable) - 1)
     optimizer = adamw(trainable, config.learning_rate, config.weight_decay, scales)
@@ -170,49 +192,64 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         start, index_step = ckpt.step, int(ckpt.state["index_step"])
         curves = Curves(ckpt.state["curves"]["steps"], ckpt.state["curves"]["evals"])
     index = index_at(index_step) if index_at is not None else None
+    # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
+    retrieving = index_at is not None and config.retrieval == "realm"
+    wrapped = {name: place.data_parallel(m) if m in trainable and (name == "reader" or retrieving) else m
+               for name, m in models.modules().items()}
+    shared = RealmModels(**wrapped)
+    syncing = [m for m in wrapped.values() if m is not unwrap(m)]
     for m in models.modules().values():
         m.train()
     progress.start("REALM pretraining", config.steps, "steps")
     progress.advance(start)
-    micro = max(1, config.batch_size // config.grad_accumulation)
     t_last = time.perf_counter()
     for step in range(start, config.steps):
-        # refresh_index: swap in a finished refresh, start the next one on schedule
+        # refresh_index: swap in a finished refresh, start the next one on schedule; every rank
+        # switches to the version rank 0 announces, at the same step
+        wanted = index.step if index is not None else base_step
         if refresher is not None:
             if (fresh := refresher.poll()) is not None:
-                index = fresh
+                index, wanted = fresh, fresh.step
             if step > 0 and step % config.refresh_every == 0:
                 refresher.submit(models.query_encoder, models.doc_encoder, base_step + step)
                 if refresher.sync and (fresh := refresher.poll()) is not None:
-                    index = fresh
-        # get batch: a function of (seed, step) only
+                    index, wanted = fresh, fresh.step
+        if index_at is not None and (wanted := place.broadcast_int(wanted)) != (index.step if index else None):
+            index = index_at(wanted)
+        # get batch: a function of (seed, step) only; each rank reads its slice
         rng = np.random.default_rng(step_seed(config.seed, step))
         picks = rng.choice(len(data.train), size=min(config.batch_size, len(data.train)), replace=False)
-        examples = [data.train[i] for i in picks]
+        examples = place.shard([data.train[i] for i in picks])
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
         set_learning_rate(optimizer, lr)
-        # forward (retrieve, read, marginalise) and backward, over micro-batches
-        torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
+        # forward (retrieve, read, marginalise) and backward, over micro-batches; the gradient is
+        # that of the global batch mean (DDP averages over ranks, hence the world-size factor)
+        torch.manual_seed(step_seed(config.seed, step, stream=1 + place.rank))  # dropout masks
         optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = {}
+        totals = dict.fromkeys(EVAL_METRICS, 0.0)
         loss_sum = 0.0
-        for start_i in range(0, len(examples), micro):
+        micro = max(1, math.ceil(len(examples) / config.grad_accumulation))
+        starts = range(0, len(examples), micro)
+        for start_i in starts:
             chunk = examples[start_i:start_i + micro]
-            out, batch, scores = realm_forward(models, chunk, index, data, config)
-            (out.loss * len(chunk) / len(examples)).backward()  # type: ignore[no-untyped-call]
+            with gradient_sync(syncing, sync=start_i == starts[-1]):
+                out, batch, scores = realm_forward(shared, chunk, index, data, config, place)
+                weight = len(chunk) * place.world_size / len(picks)
+                (out.loss * weight).backward()  # type: ignore[no-untyped-call]
             loss_sum += out.loss.item() * len(chunk)
             for k, v in batch_metrics(out, batch, scores).items():
-                totals[k] = totals.get(k, 0.0) + v * len(chunk)
+                totals[k] += v * len(chunk)
         # clip, step
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
                                        config.max_grad_norm)
         optimizer.step()
         done = step + 1
-        # log
+        # log (sums over ranks: the global batch's means)
+        loss_sum, *summed = place.sum([loss_sum, *totals.values()])
         now = time.perf_counter()
         index_step = index.step if index is not None else base_step
-        row = {"step": float(done), "loss": loss_sum / len(examples), "learning_rate": lr,
-               **{k: v / len(examples) for k, v in totals.items()},
+        row = {"step": float(done), "loss": loss_sum / len(picks), "learning_rate": lr,
+               **{k: v / len(picks) for k, v in zip(totals, summed, strict=True)},
                "index_step": float(index_step), "staleness": float(base_step + done - index_step),
                "steps_per_s": 1.0 / max(now - t_last, 1e-9),
                "blocked_s": refresher.blocked_seconds if refresher else 0.0}
@@ -225,12 +262,15 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
             on_log(row)
         # eval
         if done % config.eval_every == 0 or done == config.steps:
-            curves.evals.append({"step": float(done), **evaluate(models, data, index, config, config.eval_examples)})
-        # checkpoint
+            curves.evals.append({"step": float(done),
+                                 **evaluate(shared, data, index, config, config.eval_examples, place)})
+        # checkpoint (rank 0 writes; every rank resumes from the shared root)
         if done % config.checkpoint_every == 0 or done == config.steps:
-            save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
-                            {"curves": {"steps": curves.steps, "evals": curves.evals},
-                             "index_step": index_step, "base_step": base_step})
+            if place.is_main:
+                save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
+                                {"curves": {"steps": curves.steps, "evals": curves.evals},
+                                 "index_step": index_step, "base_step": base_step})
+            place.barrier()
     progress.finish()
     if refresher is not None:
         refresher.wait()

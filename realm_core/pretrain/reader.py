@@ -37,7 +37,8 @@ class KnowledgeAugmentedEncoder(nn.Module):
         self.masked_lm = masked_lm
 
     @classmethod
-    def from_pretrained(cls, source: str, dropout: float | None = None) -> KnowledgeAugmentedEncoder:
+    def from_pretrained(cls, source: str, dropout: float | None = None, seed: int = 0) -> KnowledgeAugmentedEncoder:
+        """`source`'s BERT with an MLM head; a head the checkpoint lacks starts from `seed`."""
         from transformers import BertForMaskedLM
         from transformers.utils import logging as hf_logging
 
@@ -46,7 +47,9 @@ class KnowledgeAugmentedEncoder(nn.Module):
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # "newly initialized: cls.predictions.*" is expected
         try:
-            model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), **kwargs)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), **kwargs)
         finally:
             hf_logging.set_verbosity(verbosity)
         model.tie_weights()

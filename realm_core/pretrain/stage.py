@@ -5,6 +5,10 @@ Everything a run refreshes (encoder snapshots, their embeddings' index versions 
 pointer) lives in the run's own namespace `<root>/runs/pretrain-<key>/`, so two runs with
 different configs never claim the same index version. Block embeddings share the main cache.
 Checkpoints go to `<root>/checkpoints/pretrain-<key>/`; rerunning resumes from the newest.
+
+Launched by torchrun, every rank runs this stage over the shared artifact root: rank 0 builds
+the first index, refreshes it, checkpoints and publishes the artifact; the others train their
+slice of each batch and return rank 0's artifact.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
+from realm_core.distributed import Placement
 from realm_core.encoders import load_tokenizer
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
@@ -101,8 +106,13 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
         raise ConfigError(f"{spans.path}: spans were mined from other blocks than {blocks_ref.path}")
     _check_compatible(config, retriever_ref, blocks)
+    placement = Placement.from_env(config.device, config.precision)
+    if config.batch_size % placement.world_size:
+        raise ConfigError(f"pretrain.batch_size={config.batch_size} does not split evenly over "
+                          f"{placement.world_size} ranks")
     query_encoder, doc_encoder = _encoders(config, retriever_ref)
-    reader = KnowledgeAugmentedEncoder.from_pretrained(config.reader_encoder, dropout=config.dropout)
+    reader = KnowledgeAugmentedEncoder.from_pretrained(config.reader_encoder, dropout=config.dropout,
+                                                       seed=config.seed)
     tokenizer = load_tokenizer(config.reader_encoder)
     base_step = query_encoder.step
 
@@ -150,19 +160,27 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         return IndexHandle(index, step)
 
     retrieving = config.retrieval == "realm"
-    if retrieving and not (run_root / "index" / f"v{base_step:08d}").is_dir():
+    if retrieving and placement.is_main and not (run_root / "index" / f"v{base_step:08d}").is_dir():
         build(query_encoder, doc_encoder, base_step)
-    refresher = IndexRefresher(build, config.sync_refresh) if retrieving and not config.freeze_retriever else None
+    placement.barrier()
+    refresher = (IndexRefresher(build, config.sync_refresh)
+                 if retrieving and not config.freeze_retriever and placement.is_main else None)
     checkpoints = Path(store.root) / "checkpoints" / f"pretrain-{key}"
     t0 = time.perf_counter()
     try:
         curves = train_realm(RealmModels(reader, query_encoder, doc_encoder), data, config,
                              index_at if retrieving else None, refresher, base_step, checkpoints,
-                             progress or NoProgress())
+                             progress or NoProgress(), placement=placement)
     finally:
         if refresher is not None:
             refresher.close()
     wall = time.perf_counter() - t0
+    if not placement.is_main:  # rank 0 publishes; the others return its artifact
+        placement.barrier()
+        published = store.lookup(KIND, key)
+        if published is None:
+            raise RealmError(f"rank {placement.rank}: rank 0 did not publish {KIND}/{key}")
+        return StageResult(published.ref, False, published.manifest["stats"], published.manifest["report"])
     final_eval = curves.evals[-1]
     tail = curves.steps[-min(20, len(curves.steps)):]
     stats = {
@@ -175,6 +193,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "wall_seconds": round(wall, 1),
         "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
         "refreshes_skipped": refresher.skipped if refresher else 0,
+        "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision,
     }
     report = ("### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
@@ -193,6 +212,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         out.extra_manifest.update({"stats": stats, "report": report, "step": base_step + config.steps,
                                    "example_counts": dict(counts)})
     shutil.rmtree(checkpoints, ignore_errors=True)
+    placement.barrier()
     hit = store.lookup(KIND, key)
     assert hit is not None
     return StageResult(hit.ref, False, stats, report)

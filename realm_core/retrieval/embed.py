@@ -48,27 +48,35 @@ def pad_sequences(seqs: list[list[int]], pad_id: int) -> tuple[Any, Any]:
 
 
 def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size: int,
-                    progress: Progress | None = None) -> np.ndarray:
-    """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order."""
+                    progress: Progress | None = None, precision: str = "fp32") -> np.ndarray:
+    """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order, on
+    the encoder's device (bf16 autocast with `precision="bf16"`)."""
+    import contextlib
+
     import torch
 
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
+    device = next(encoder.parameters()).device
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
+                else contextlib.nullcontext())
     encoder.eval()
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast:
         for batch in length_batches([len(x) for x in ids], batch_size):
             input_ids, mask = pad_sequences([ids[i] for i in batch], pad_id)  # (B, T)
-            out[batch] = encoder(input_ids, mask).float().numpy()  # (B, D)
+            out[batch] = encoder(input_ids.to(device), mask.to(device)).float().cpu().numpy()  # (B, D)
             if progress is not None:
                 progress.advance(len(batch))
     return out
 
 
 def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[str],
-                max_length: int, batch_size: int, progress: Progress | None = None) -> np.ndarray:
+                max_length: int, batch_size: int, progress: Progress | None = None,
+                precision: str = "fp32") -> np.ndarray:
     """(N, D) float32 embeddings of `[CLS] title [SEP] body [SEP]`, in input order."""
     enc = tokenizer(titles, bodies, truncation="only_second", max_length=max_length,
                     add_special_tokens=True, return_attention_mask=False)
-    return embed_token_ids(encoder, enc["input_ids"], tokenizer.pad_token_id, batch_size, progress)
+    return embed_token_ids(encoder, enc["input_ids"], tokenizer.pad_token_id, batch_size, progress,
+                           precision)
 
 
 def embed_queries(encoder: Any, tokenizer: Any, queries: list[str], max_length: int,
@@ -108,9 +116,10 @@ def _start_worker(recipe: EncoderRecipe, threads: int) -> None:
 
 
 def _embed_shard(titles: list[str], bodies: list[str], path: Path, max_length: int,
-                 batch_size: int, float16: bool) -> bool:
+                 batch_size: int, float16: bool, precision: str) -> bool:
     """In a worker: embed one shard and write its file; False if it holds NaN/inf."""
-    vectors = embed_texts(_worker["encoder"], _worker["tokenizer"], titles, bodies, max_length, batch_size)
+    vectors = embed_texts(_worker["encoder"], _worker["tokenizer"], titles, bodies, max_length, batch_size,
+                          precision=precision)
     if not np.isfinite(vectors).all():
         return False
     np.save(path, vectors.astype(np.float16 if float16 else np.float32), allow_pickle=False)
@@ -133,11 +142,11 @@ def _shard_texts(blocks: Any, shard_size: int) -> Iterator[tuple[int, list[str],
 def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, max_length: int,
                  batch_size: int, shard_size: int, float16: bool = False,
                  progress: Progress | None = None, workers: int = 1,
-                 recipe: EncoderRecipe | None = None) -> dict[str, Any]:
+                 recipe: EncoderRecipe | None = None, precision: str = "fp32") -> dict[str, Any]:
     """Write `shard-NNNNN.npy` files for every block of a blocks artifact; return a summary.
 
-    `workers > 1` (with the encoder's `recipe`) embeds shards in parallel processes; progress
-    then advances a shard at a time."""
+    `workers > 1` (with the encoder's `recipe`) embeds shards in parallel CPU processes; progress
+    then advances a shard at a time. Otherwise the shards are embedded on the encoder's device."""
     progress = progress or NoProgress()
     progress.start("embed blocks", blocks.rows("blocks"), "blocks")
     directory.mkdir(parents=True, exist_ok=True)
@@ -152,14 +161,15 @@ def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, 
                 name = f"shard-{n:05d}.npy"
                 shard = {"file": name, "first_block_id": first, "rows": len(titles)}
                 pending.append((shard, pool.submit(_embed_shard, titles, bodies, directory / name,
-                                                   max_length, batch_size, float16)))
+                                                   max_length, batch_size, float16, precision)))
                 while len(pending) > workers or (pending and pending[0][1].done()):
                     shards.append(_finished(*pending.pop(0), progress))
             while pending:
                 shards.append(_finished(*pending.pop(0), progress))
     else:
         for n, (first, titles, bodies) in enumerate(_shard_texts(blocks, shard_size)):
-            vectors = embed_texts(encoder, tokenizer, titles, bodies, max_length, batch_size, progress)
+            vectors = embed_texts(encoder, tokenizer, titles, bodies, max_length, batch_size, progress,
+                                  precision)
             if not np.isfinite(vectors).all():
                 raise ArtifactError(f"encoder produced NaN/inf embeddings in shard {n}")
             name = f"shard-{n:05d}.npy"

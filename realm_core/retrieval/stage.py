@@ -18,6 +18,7 @@ from realm_core.artifacts import (
     sha256_file,
 )
 from realm_core.config import EmbedConfig, IndexConfig
+from realm_core.distributed import resolve_device
 from realm_core.encoders import load_tokenizer, resolve_encoder_dir
 from realm_core.errors import ConfigError, RealmError
 from realm_core.progress import NoProgress, Progress
@@ -64,15 +65,20 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                           f"encoder {config.doc_encoder!r} has {tokenizer.vocab_size}")
     encoder = RetrieverEncoder.from_pretrained(config.doc_encoder, config.projection_dim,
                                                config.pooling, config.seed, config.normalize)
+    device = resolve_device(config.device)
+    encoder.to(device)
     with store.write("embeddings", key, config=config.model_dump(mode="json"),
                      config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
         summary = embed_blocks(blocks, encoder, tokenizer, out.tmp / "embeddings",
                                max_length=config.max_length, batch_size=config.batch_size,
                                shard_size=config.shard_size, float16=config.float16,
-                               progress=progress or NoProgress(), workers=config.workers,
+                               progress=progress or NoProgress(),
+                               workers=config.workers if device.type == "cpu" else 1,
                                recipe=EncoderRecipe(config.doc_encoder, config.projection_dim,
-                                                    config.pooling, config.seed, config.normalize))
+                                                    config.pooling, config.seed, config.normalize),
+                               precision=config.precision)
         stats = {"blocks": summary["rows"], "dim": summary["dim"], "dtype": summary["dtype"],
+                 "device": str(device), "precision": config.precision,
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}
         out.extra_manifest.update({"embeddings": summary, "stats": stats,
                                    "encoder": {"spec": config.doc_encoder, "hash": inputs["encoder"]}})

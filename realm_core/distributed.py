@@ -1,0 +1,148 @@
+"""Where a training or embedding run puts its tensors, and how ranks of a data-parallel run agree.
+
+A `Placement` is one process's share of a run: its device (CPU, or the GPU of its local rank),
+its precision (fp32, or bf16 autocast where the device supports it) and, under `torchrun`, its
+rank in a `torch.distributed` process group (gloo on CPU, nccl on GPU). A single process is
+simply rank 0 of a world of one, so the training loops have one code path.
+
+Data parallelism follows REALM's own setup (§4.2: the batch split across TPU cores, a separate
+job re-embedding the corpus): every rank draws the same global batch from (seed, step), keeps
+its slice `picks[rank::world]`, and DistributedDataParallel averages the gradients; rank 0
+writes checkpoints and artifacts and runs the index refresh, the other ranks read them from the
+shared artifact root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from realm_core.errors import ConfigError
+
+Precision = Literal["fp32", "bf16"]
+
+
+def resolve_device(spec: str) -> torch.device:
+    """`auto`: the local rank's GPU where CUDA is available, else the CPU."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        return torch.device("cpu")
+    device = torch.device(spec)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {spec!r}: CUDA is not available on this machine (use 'auto' or 'cpu')")
+    return device
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: torch.device
+    precision: Precision = "fp32"
+    rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def single(cls) -> Placement:
+        return cls(torch.device("cpu"))
+
+    @classmethod
+    def from_env(cls, device: str = "auto", precision: Precision = "fp32") -> Placement:
+        """This process's placement; joins the process group when launched by torchrun."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        resolved = resolve_device(device)
+        if world > 1 and not torch.distributed.is_initialized():
+            if resolved.type == "cuda":
+                torch.cuda.set_device(resolved)
+            torch.distributed.init_process_group("nccl" if resolved.type == "cuda" else "gloo")
+        rank = torch.distributed.get_rank() if world > 1 else 0
+        return cls(resolved, precision, rank, world)
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16 autocast for matrix products (weights and optimizer stay fp32), or nothing."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def shard(self, items: Sequence[Any]) -> list[Any]:
+        """This rank's slice of a global batch: items[rank::world]."""
+        return list(items[self.rank::self.world_size])
+
+    def close(self) -> None:
+        """Leave the process group (at the end of a torchrun job)."""
+        if self.distributed and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    def barrier(self) -> None:
+        if self.distributed:
+            torch.distributed.barrier()
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum of `values` over the ranks (float64, on the CPU for gloo's sake)."""
+        if not self.distributed:
+            return values
+        t = torch.tensor(values, dtype=torch.float64,
+                         device=self.device if self.device.type == "cuda" else "cpu")
+        torch.distributed.all_reduce(t)
+        return [float(v) for v in t.cpu()]
+
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.int64,
+                         device=self.device if self.device.type == "cuda" else "cpu")
+        torch.distributed.broadcast(t, src=0)
+        return int(t.item())
+
+    def data_parallel(self, module: torch.nn.Module) -> torch.nn.Module:
+        """`module` wrapped in DistributedDataParallel (gradients averaged over ranks), or itself."""
+        if not self.distributed:
+            return module
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        # BERT's buffers (position ids) are constants: no need to broadcast them every forward
+        return DistributedDataParallel(module, device_ids=ids, broadcast_buffers=False)
+
+
+@contextlib.contextmanager
+def gradient_sync(modules: Sequence[torch.nn.Module], sync: bool) -> Iterator[None]:
+    """Within a step's micro-batches, only the last backward averages gradients over ranks."""
+    with contextlib.ExitStack() as stack:
+        if not sync:
+            from torch.nn.parallel import DistributedDataParallel
+
+            for m in modules:
+                if isinstance(m, DistributedDataParallel):
+                    stack.enter_context(m.no_sync())
+        yield
+
+
+@contextlib.contextmanager
+def rank_zero_first(placement: Placement) -> Iterator[None]:
+    """Rank 0 runs the block first (building cached upstream artifacts); the others then run it
+    and find them in the cache."""
+    if not placement.is_main:
+        placement.barrier()
+    yield
+    if placement.is_main:
+        placement.barrier()
+
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The module a DistributedDataParallel wrapper holds, or the module itself."""
+    inner = getattr(module, "module", None)
+    return inner if isinstance(inner, torch.nn.Module) else module

@@ -1,0 +1,61 @@
+"""Data-parallel REALM pretraining: 2 CPU processes (torchrun, gloo) train like 1 process with the
+same global batch."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow
+
+# 4 steps of 4 examples, 2 micro-batches a step (so DDP's no_sync path runs), sync refresh every
+# 2 steps (rank 0 rebuilds the index, both ranks switch to it), no dropout
+SETTINGS = ["pretrain.batch_size=4", "pretrain.grad_accumulation=2", "pretrain.steps=4",
+            "pretrain.refresh_every=2", "pretrain.sync_refresh=true", "pretrain.dropout=0.0"]
+
+
+def _pretrain(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    sets = [a for s in SETTINGS for a in ("--set", s)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "flows.cli", "pretrain", "--preset", "tiny", "--root",
+                           str(root), *sets, *extra], capture_output=True, text=True, env=env, timeout=900)
+
+
+def _model_dir(root: Path) -> Path:
+    (model,) = [p for p in (root / "realm_model").iterdir() if (p / "manifest.json").is_file()]
+    return model
+
+
+def test_two_gloo_ranks_follow_the_single_process_loss_curve(shared_data: Path, tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    single = _pretrain(one)
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    # the same upstream artifacts (blocks, spans, ICT), none of the pretraining outputs
+    shutil.copytree(one, two, ignore=shutil.ignore_patterns("realm_model", "runs", "checkpoints"))
+    ddp = _pretrain(two, "--nproc", "2")
+    assert ddp.returncode == 0, ddp.stdout[-3000:] + ddp.stderr[-3000:]
+
+    a, b = _model_dir(one), _model_dir(two)
+    stats_a = json.loads((a / "manifest.json").read_text())["stats"]
+    stats_b = json.loads((b / "manifest.json").read_text())["stats"]
+    assert (stats_a["world_size"], stats_b["world_size"]) == (1, 2)
+    curve_a = pq.read_table(a / "pretrain_metrics").to_pylist()
+    curve_b = pq.read_table(b / "pretrain_metrics").to_pylist()
+    assert [r["step"] for r in curve_a] == [r["step"] for r in curve_b] == [1.0, 2.0, 3.0, 4.0]
+    for ra, rb in zip(curve_a, curve_b, strict=True):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4)
+        assert rb["p_null"] == pytest.approx(ra["p_null"], abs=1e-4)
+        assert rb["index_step"] == ra["index_step"]  # both switched to the refreshed index at step 2
+    assert curve_b[-1]["index_step"] > curve_b[0]["index_step"]
+    # and the trained weights agree (gradients averaged over ranks = the global batch's gradient)
+    for part in ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/projection.safetensors"):
+        wa, wb = load_file(str(a / part)), load_file(str(b / part))
+        assert wa.keys() == wb.keys()
+        worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+        assert worst < 1e-4, f"{part}: max |difference| {worst}"
