@@ -140,3 +140,21 @@ def test_block_wordpieces_are_tokenised_once_and_the_cache_is_bounded() -> None:
     assert titles[1] == tok("Ada Lovelace", add_special_tokens=False)["input_ids"]
     block_wordpieces([1], blocks, tok)
     assert list(blocks.pieces) == [3, 1]  # block 0, least recently used, was dropped
+
+
+def test_bf16_autocast_step_tracks_the_fp32_step(setup: Setup) -> None:
+    # the GPU path's precision, exercised on the CPU: same retrievals, loss within bf16 rounding
+    from realm_core.distributed import Placement
+
+    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
+    handle = IndexHandle(setup.index, 0)
+    fp32, batch32, _ = realm_forward(setup.models, [setup.example], handle, setup.data, config)
+    bf16, batch16, scores = realm_forward(setup.models, [setup.example], handle, setup.data,
+                                          config.model_copy(update={"precision": "bf16"}),
+                                          Placement(torch.device("cpu"), "bf16"))
+    assert batch16.block_ids.tolist() == batch32.block_ids.tolist()
+    assert scores.dtype == torch.float32 and bf16.token_log_probs.dtype == torch.float32
+    assert bf16.loss.item() == pytest.approx(fp32.loss.item(), rel=0.05)
+    assert bf16.loss.item() != fp32.loss.item()  # the autocast really ran in bf16
+    bf16.loss.backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in setup.models.reader.parameters())

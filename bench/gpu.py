@@ -1,0 +1,265 @@
+"""The GPU path, measured: block embedding (blocks/s) and REALM pretraining steps on this
+machine's accelerator, at the demo's MiniLM-L6 shape and the paper preset's BERT-base shape, each
+against its peer measured in the same run on the same inputs.
+
+- Embedding: realm's `embed_texts` (length-sorted batches, fp32 and bf16 autocast) against a raw
+  transformers forward of the same model with every batch padded to 288 tokens in fp32 (the
+  peer of bench/embed.py), the demo's 4,137 blocks; vectors compared.
+- Pretraining step: one REALM step (query encoder, MIPS search, trivial-retrieval exclusion,
+  relevance recomputed by the document encoder, reader over B x K sequences, marginal
+  likelihood, backward, AdamW) against the bare reader forward + backward + AdamW on the very
+  same B x K reader inputs (the peer of bench/pretrain_step.py), bf16 autocast for both.
+
+Weights are a random initialisation of each shape with the bundled uncased vocabulary (which is
+bert-base-uncased's): throughput does not depend on weight values, and no BERT-base checkpoint
+ships offline. The inputs (demo blocks, masked salient-span examples, tokenizer files) are
+exported on a machine that has the demo's artifacts, so the GPU machine needs no corpus:
+
+    .venv/bin/python bench/gpu.py --export bench/.work/gpu-inputs      # here (CPU)
+    python bench/gpu.py --inputs bench/.work/gpu-inputs                 # on the GPU machine
+
+It writes bench/results/gpu.json (and to --out if given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
+SHAPES = {
+    # name: (BertConfig overrides, reader length, doc length, examples per step)
+    "MiniLM-L6 (demo preset shape)": ({}, 288, 288, 32),
+    "BERT-base (paper preset shape)": ({"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                                        "intermediate_size": 3072}, 384, 288, 16),
+}
+
+
+def export(directory: Path) -> None:
+    """Write the demo's blocks, masked examples and tokenizer files to `directory`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.blocks import run_chunk
+    from realm_core.config import BUNDLED_ENCODER, load_config, work_dir
+    from realm_core.encoders import load_tokenizer, resolve_encoder_dir
+    from realm_core.ingest.stage import run_ingest
+    from realm_core.spans.masking import iter_examples
+    from realm_core.spans.mining import run_mine_spans
+
+    cfg = load_config("demo")
+    store = ArtifactStore(work_dir() / "artifacts")
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    art = store.open(blocks.ref)
+    directory.mkdir(parents=True, exist_ok=True)
+    pq.write_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]), directory / "blocks.parquet")
+    examples = list(iter_examples(art, store.open(spans.ref), cfg.masking, load_tokenizer(BUNDLED_ENCODER)))
+    pq.write_table(pa.Table.from_pylist([vars(e) for e in examples]), directory / "examples.parquet")
+    (directory / "tokenizer").mkdir(exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(resolve_encoder_dir(BUNDLED_ENCODER) / name, directory / "tokenizer" / name)
+    print(f"exported {art.rows('blocks'):,} blocks and {len(examples):,} examples to {directory}")
+
+
+def random_bert(inputs: Path, name: str, overrides: dict[str, Any], seed: int = 0) -> Path:
+    """A local HF BERT directory: this shape, random weights, the bundled vocabulary."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    directory = inputs / "models" / name.split()[0]
+    if not (directory / "model.safetensors").is_file():
+        config = BertConfig.from_pretrained(str(inputs / "tokenizer"), **overrides)
+        torch.manual_seed(seed)
+        BertModel(config, add_pooling_layer=False).save_pretrained(str(directory), safe_serialization=True)
+        for f in TOKENIZER_FILES[:-1]:
+            shutil.copy(inputs / "tokenizer" / f, directory / f)
+    return directory
+
+
+def timed(fn: Any, device: Any) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], device: Any, batch: int) -> dict[str, Any]:
+    import torch
+
+    from realm_core.encoders import load_tokenizer
+    from realm_core.retrieval.embed import embed_texts
+    from realm_core.retrieval.encoders import RetrieverEncoder
+
+    tok = load_tokenizer(str(model_dir))
+    encoder = RetrieverEncoder.from_pretrained(str(model_dir), 128).to(device).eval()
+
+    def raw() -> np.ndarray:
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(titles), batch):
+                enc = tok(titles[i:i + batch], bodies[i:i + batch], truncation="only_second", max_length=288,
+                          padding="max_length", return_tensors="pt")
+                hidden = encoder.bert(input_ids=enc["input_ids"].to(device),
+                                      attention_mask=enc["attention_mask"].to(device)).last_hidden_state
+                out.append(encoder.projection(hidden[:, 0]).float().cpu().numpy())
+        return np.concatenate(out)
+
+    results: dict[str, Any] = {}
+    vectors: dict[str, np.ndarray] = {}
+    runs = {"raw transformers forward, padded to 288, fp32 (peer)": raw,
+            "realm embed_texts, fp32": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch),
+            "realm embed_texts, bf16 autocast": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch,
+                                                                    precision="bf16")}
+    for name, fn in runs.items():
+        fn()  # warm-up (kernels, allocator)
+        box: dict[str, np.ndarray] = {}
+        seconds = timed(lambda fn=fn: box.update(v=fn()), device)
+        vectors[name] = box["v"]
+        results[name] = {"seconds": seconds, "blocks_per_s": len(titles) / seconds}
+    peer = next(iter(results))
+    for name, r in results.items():
+        r["ratio"] = r["blocks_per_s"] / results[peer]["blocks_per_s"]
+        a, b = vectors[peer], vectors[name]
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        r["min_cosine_to_peer"] = float(cos.min())
+    return {"blocks": len(titles), "batch_size": batch, "runs": results}
+
+
+def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, reader_length: int,
+               doc_length: int, batch: int, steps: int) -> dict[str, Any]:
+    import torch
+
+    from realm_core.config import PretrainConfig
+    from realm_core.distributed import Placement
+    from realm_core.encoders import load_tokenizer
+    from realm_core.pretrain.batches import BlockTexts
+    from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
+    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+    from realm_core.pretrain.refresh import IndexHandle
+    from realm_core.retrieval.embed import embed_texts
+    from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.index import MipsIndex
+    from realm_core.training import adamw
+
+    precision = "bf16" if device.type == "cuda" else "fp32"  # CPU bf16 autocast is slow on most CPUs
+    place = Placement(device, precision)
+    tok = load_tokenizer(str(model_dir))
+    config = PretrainConfig(reader_encoder=str(model_dir), top_k=8, reader_length=reader_length,
+                            doc_length=doc_length, batch_size=batch, precision=precision)
+    models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(str(model_dir), dropout=config.dropout),
+                         RetrieverEncoder.from_pretrained(str(model_dir), 128, dropout=config.dropout),
+                         RetrieverEncoder.from_pretrained(str(model_dir), 128, seed=1, dropout=config.dropout))
+    for m in models.modules().values():
+        m.to(device)
+    texts = BlockTexts.from_table(blocks)
+    vectors = embed_texts(models.doc_encoder, tok, texts.titles.to_pylist(), texts.texts.to_pylist(), 288, 256,
+                          precision=precision)
+    index = MipsIndex.build(128)
+    index.add(vectors, np.arange(len(vectors)))
+    handle = IndexHandle(index, 0)
+    for m in models.modules().values():
+        m.train()
+    data = PretrainData(examples, [], texts, tok)
+    optimizer = adamw(list(models.modules().values()), config.learning_rate, config.weight_decay)
+    rng = np.random.default_rng(0)
+    batches = [[examples[i] for i in rng.choice(len(examples), batch, replace=False)] for _ in range(steps + 2)]
+    reader_inputs: list[Any] = []
+
+    def realm_step(b: list[Any]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        out, reader_batch, _ = realm_forward(models, b, handle, data, config, place)
+        out.loss.backward()
+        optimizer.step()
+        reader_inputs.append(reader_batch)
+
+    def bare_reader_step(reader_batch: Any) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with place.autocast():
+            log_probs = models.reader(reader_batch.input_ids, reader_batch.attention_mask,
+                                      reader_batch.masked_positions)  # (B, K, M, V)
+        k = log_probs.size(1)
+        gold = log_probs.gather(-1, reader_batch.targets.unsqueeze(1).expand(-1, k, -1).unsqueeze(-1))
+        (-gold.mean()).backward()
+        optimizer.step()
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    realm = [timed(lambda b=b: realm_step(b), device) for b in batches][2:]  # two warm-up steps
+    bare = [timed(lambda r=r: bare_reader_step(r), device) for r in reader_inputs][2:]
+    realm_s, bare_s = float(np.median(realm)), float(np.median(bare))
+    return {"examples_per_step": batch, "top_k": 8, "reader_length": reader_length, "doc_length": doc_length,
+            "dropout": config.dropout, "precision": precision, "steps_timed": steps,
+            "realm_step_s": realm_s, "bare_reader_step_s": bare_s, "overhead": realm_s / bare_s - 1.0,
+            "realm_examples_per_s": batch / realm_s,
+            "peak_memory_gb": (torch.cuda.max_memory_allocated() / 2**30) if device.type == "cuda" else None}
+
+
+def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, batch: int | None) -> None:
+    import pyarrow.parquet as pq
+    import torch
+
+    from realm_core.distributed import resolve_device
+    from realm_core.spans.masking import MaskedExample
+
+    device = resolve_device("auto")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    blocks = pq.read_table(inputs / "blocks.parquet")
+    examples = [MaskedExample(**r) for r in pq.read_table(inputs / "examples.parquet").to_pylist()]
+    if max_blocks is not None:  # a quick check of the script itself, not a measurement
+        blocks = blocks.slice(0, max_blocks)
+        examples = [e for e in examples if e.block_id < max_blocks]
+    titles, bodies = blocks.column("title").to_pylist(), blocks.column("text").to_pylist()
+    result: dict[str, Any] = {"device": name, "torch": torch.__version__, "shapes": {}}
+    for shape, (overrides, reader_length, doc_length, per_step) in SHAPES.items():
+        model_dir = random_bert(inputs, shape, overrides)
+        emb = embedding_bench(model_dir, titles, bodies, device, 256)
+        step = step_bench(model_dir, blocks, examples, device, reader_length, doc_length, batch or per_step, steps)
+        result["shapes"][shape] = {"embedding": emb, "pretrain_step": step}
+        for run, r in emb["runs"].items():
+            print(f"{shape} | {run}: {r['blocks_per_s']:,.0f} blocks/s, {r['ratio']:.2f}x, "
+                  f"min cosine {r['min_cosine_to_peer']:.4f}")
+        print(f"{shape} | REALM step {step['realm_step_s']:.3f} s ({step['realm_examples_per_s']:.1f} examples/s) "
+              f"vs bare reader {step['bare_reader_step_s']:.3f} s: overhead {100 * step['overhead']:.0f}%")
+    text = json.dumps(result, indent=2) + "\n"
+    keep = [] if max_blocks is not None else [ROOT / "bench" / "results" / "gpu.json"]
+    for target in [*keep, *([out] if out else [])]:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(f"wrote {target}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--export", type=Path, help="write the demo inputs to this folder and stop")
+    ap.add_argument("--inputs", type=Path, default=ROOT / "bench" / ".work" / "gpu-inputs")
+    ap.add_argument("--steps", type=int, default=10, help="timed pretraining steps (after two warm-up steps)")
+    ap.add_argument("--out", type=Path, help="also write the JSON here")
+    ap.add_argument("--max-blocks", type=int, help="check the script on the first N blocks (no measurement)")
+    ap.add_argument("--batch", type=int, help="examples per pretraining step (default: per shape)")
+    args = ap.parse_args()
+    if args.export:
+        export(args.export)
+    else:
+        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Placement on one process: the single-rank defaults the training loops rely on."""
+
+import pytest
+import torch
+
+from realm_core.distributed import Placement, gradient_sync, rank_zero_first, resolve_device, unwrap
+from realm_core.errors import ConfigError
+
+
+def test_a_single_process_is_rank_zero_of_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    place = Placement.from_env("cpu")
+    assert (place.rank, place.world_size, place.is_main, place.distributed) == (0, 1, True, False)
+    assert place.shard([10, 11, 12]) == [10, 11, 12]
+    assert place.sum([1.5, 2.0]) == [1.5, 2.0] and place.broadcast_int(7) == 7
+    module = torch.nn.Linear(2, 2)
+    assert place.data_parallel(module) is module and unwrap(module) is module
+    with rank_zero_first(place), gradient_sync([module], sync=False):
+        pass
+
+
+def test_ranks_take_interleaved_slices_of_the_global_batch() -> None:
+    batch = list(range(7))
+    slices = [Placement(torch.device("cpu"), rank=r, world_size=3).shard(batch) for r in range(3)]
+    assert slices == [[0, 3, 6], [1, 4], [2, 5]]
+
+
+def test_devices_resolve_or_are_refused() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            resolve_device("cuda")
