@@ -131,7 +131,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
     for name, fn in runs.items():
         fn()  # warm-up (kernels, allocator)
         box: dict[str, np.ndarray] = {}
-        seconds = timed(lambda fn=fn: box.update(v=fn()), device)
+        seconds = timed(lambda fn=fn, box=box: box.update(v=fn()), device)
         vectors[name] = box["v"]
         results[name] = {"seconds": seconds, "blocks_per_s": len(titles) / seconds}
     peer = next(iter(results))
