@@ -231,19 +231,31 @@ def refresh_index(preset: Preset = "demo", config: ConfigFile = None, overrides:
                   root: Root = None,
                   encoder: Annotated[str | None, typer.Option(
                       help="document encoder: a retriever artifact's doc_encoder dir, HF dir or "
-                           "bundled name (default: embed.doc_encoder)")] = None) -> None:
+                           "bundled name (default: embed.doc_encoder)")] = None,
+                  dask: Annotated[str | None, typer.Option(
+                      help="embed the shards on Dask workers through Prefect's Dask task runner: "
+                           "local:N (a LocalCluster of N processes) or a scheduler address "
+                           "tcp://host:8786; the workers must share the artifact root")] = None) -> None:
     """blocks -> [bold]embeddings[/] -> [bold]index/v<step>[/]: embed every block with the document encoder and switch the index pointer to the new version atomically.
 
-    Example: realm refresh-index --encoder work/artifacts/retriever/<key>/doc_encoder"""
+    Example: realm refresh-index --encoder work/artifacts/retriever/<key>/doc_encoder --dask local:2"""
     from realm_core.retrieval.stage import run_build_index, run_embed_blocks
 
     with _errors():
         sets = list(overrides or []) + ([f"embed.doc_encoder={encoder}"] if encoder else [])
         cfg, store = _setup(preset, config, sets, root)
         blocks = _blocks(cfg, store)
-        emb = run_embed_blocks(store, blocks.ref, cfg.embed, RichProgress())
-        _report("embeddings", emb.ref, emb.cached, emb.stats)
-        built = run_build_index(store, emb.ref, blocks.ref, cfg.index)
+        if dask:
+            from flows.fanout import dask_runner, embed_blocks_dask
+
+            fanned = embed_blocks_dask.with_options(task_runner=dask_runner(dask))(blocks.ref, cfg.embed, store.url)
+            _report("embeddings", fanned["ref"], fanned["cached"], fanned["stats"])
+            emb_ref = fanned["ref"]
+        else:
+            result = run_embed_blocks(store, blocks.ref, cfg.embed, RichProgress())
+            _report("embeddings", result.ref, result.cached, result.stats)
+            emb_ref = result.ref
+        built = run_build_index(store, emb_ref, blocks.ref, cfg.index)
         _report("index", built.ref, built.cached, built.stats)
 
 

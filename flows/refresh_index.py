@@ -7,6 +7,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows.fanout import dask_runner, embed_blocks_dask
 from flows.settings import resolve
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import EmbedConfig, IndexConfig
@@ -25,12 +26,13 @@ def _blocks(preset: str, root: str) -> ArtifactRef:
 @flow(name="refresh-index", log_prints=True)
 def refresh_index(blocks: ArtifactRef | None = None, embed: EmbedConfig | None = None,
                   index: IndexConfig | None = None, preset: str = "demo",
-                  root: str | None = None, index_root: str | None = None) -> dict[str, Any]:
+                  root: str | None = None, index_root: str | None = None,
+                  dask: str | None = None) -> dict[str, Any]:
     """Re-embed every block and switch to the new index version atomically. The document
     encoder is `embed.doc_encoder` when `embed` is given, else the newest retriever artifact's
     (warm start or pretraining), else the preset's. Without `blocks`, resolves ingest and chunk
     through the cache. `index_root` keeps the versions apart from the main index (a
-    pretraining run's own namespace)."""
+    pretraining run's own namespace). `dask` fans the embedding out over a Dask cluster."""
     cfg, root = resolve(preset, None, None, root)
     blocks = blocks or _blocks(preset, root)
     if embed is None:
@@ -38,6 +40,9 @@ def refresh_index(blocks: ArtifactRef | None = None, embed: EmbedConfig | None =
         embed = cfg.embed if newest is None else cfg.embed.model_copy(
             update={"doc_encoder": doc_encoder_dir(newest)})
         print(f"document encoder: {embed.doc_encoder}")
-    embedded = embed_blocks(blocks, embed, root)
+    if dask:  # shards as tasks on Dask workers: local:N or a scheduler address
+        embedded = embed_blocks_dask.with_options(task_runner=dask_runner(dask))(blocks, embed, root)
+    else:
+        embedded = embed_blocks(blocks, embed, root)
     built = build_index(embedded["ref"], blocks, index or cfg.index, root, index_root)
     return {"embed": embedded, "index": built}

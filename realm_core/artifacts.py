@@ -138,6 +138,24 @@ class Artifact:
                 self._check_columns(table, part, pf.schema_arrow)
                 yield from pf.iter_batches(batch_size=batch_size, columns=columns)
 
+    def read_rows(self, table: str, start: int, stop: int, columns: list[str] | None = None) -> pa.Table:
+        """Rows [start, stop) of a table, reading only the part files that hold them."""
+        tables, offset = [], 0
+        for part in self._parts(table):
+            with self.fs.open(part, "rb") as f:
+                pf = pq.ParquetFile(f)
+                n = pf.metadata.num_rows
+                if offset < stop and offset + n > start:
+                    self._check_columns(table, part, pf.schema_arrow)
+                    lo, hi = max(start - offset, 0), min(stop - offset, n)
+                    tables.append(pf.read(columns=columns).slice(lo, hi - lo))
+            offset += n
+            if offset >= stop:
+                break
+        if not tables:
+            raise ArtifactError(f"{self.path}: table {table!r} has no rows [{start}, {stop})")
+        return pa.concat_tables(tables)
+
     def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table:
         tables = []
         for part in self._parts(table):

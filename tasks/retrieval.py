@@ -15,6 +15,7 @@ from realm_core.config import (
     RetrievalEvalConfig,
     RetroMAEConfig,
 )
+from realm_core.retrieval.embed import ShardJob, embed_shard
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
 from realm_core.retrieval.stage import run_build_index, run_embed_blocks
 from realm_core.retrieval.warm_start import run_warm_start_ict, run_warm_start_retromae
@@ -56,3 +57,9 @@ def evaluate_retrieval(blocks: ArtifactRef, retriever: ArtifactRef | None, embed
     systems = standard_systems(retriever, embed, ict.encoder, ict.projection_dim, ict.seed)
     return run_stage("retrieval evaluation", lambda p: run_evaluate_retrieval(
         ArtifactStore(root), blocks, systems, config, p))
+
+
+@task(name="embed-shard", retries=2, retry_delay_seconds=5)
+def embed_shard_task(job: ShardJob) -> dict[str, Any]:
+    """One shard of block embeddings, on whichever worker the flow's task runner picks."""
+    return embed_shard(job)

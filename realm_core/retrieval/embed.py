@@ -4,9 +4,11 @@ block ids; inside a shard they are sorted by length and batched, so a batch pads
 longest block, then put back in block-id order. Each shard is one `.npy` file (float32, or
 float16 on request) of shape (n, D), row i being block `first_id + i`.
 
-Shards are independent, so with `workers > 1` they are embedded in parallel by worker processes,
-each loading the encoder from its recipe and using its share of the cores (`torch` threads =
-cores // workers); the files and their order are the same as with one process.
+Shards are independent units of work (`ShardJob`, picklable): with `workers > 1` they are
+embedded by local worker processes, each loading the encoder from its recipe and using its share
+of the cores (`torch` threads = cores // workers), and with `map_shards` by whatever runs them,
+e.g. Dask workers through Prefect's task runner (`flows/fanout.py`); the files and their order
+are the same as with one process.
 
 Shapes: B batch, T tokens, D embedding dim, N blocks.
 """
@@ -14,8 +16,8 @@ Shapes: B batch, T tokens, D embedding dim, N blocks.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -105,88 +107,133 @@ class EncoderRecipe:
         return encoder, load_tokenizer(self.source)
 
 
-_worker: dict[str, Any] = {}
+@dataclass(frozen=True)
+class EmbedShard:
+    """Blocks [first_block_id, first_block_id + rows), embedded into one `.npy` file."""
+
+    number: int
+    first_block_id: int
+    rows: int
+
+    @property
+    def file(self) -> str:
+        return f"shard-{self.number:05d}.npy"
+
+    def summary(self) -> dict[str, Any]:
+        return {"file": self.file, "first_block_id": self.first_block_id, "rows": self.rows}
 
 
-def _start_worker(recipe: EncoderRecipe, threads: int) -> None:
+def plan_shards(n_blocks: int, shard_size: int) -> list[EmbedShard]:
+    """Contiguous block-id ranges of `shard_size` (the last one shorter)."""
+    return [EmbedShard(n, first, min(shard_size, n_blocks - first))
+            for n, first in enumerate(range(0, n_blocks, shard_size))]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything a process needs to embed one shard: picklable, so a process pool or a Dask
+    worker runs it. The blocks are read from the artifact store (a shared filesystem or an
+    fsspec URL); the shard file goes to `directory`, which the workers must be able to write."""
+
+    store_url: str
+    blocks_path: str
+    shard: EmbedShard
+    directory: str
+    recipe: EncoderRecipe
+    max_length: int
+    batch_size: int
+    float16: bool = False
+    precision: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None
+
+
+def embed_shard_rows(encoder: Any, tokenizer: Any, blocks: Any, shard: EmbedShard, directory: Path, *,
+                     max_length: int, batch_size: int, float16: bool = False, precision: str = "fp32",
+                     progress: Progress | None = None) -> dict[str, Any]:
+    """Embed one shard's blocks with a loaded encoder and write its file; its summary."""
+    batch = blocks.read_rows("blocks", shard.first_block_id, shard.first_block_id + shard.rows,
+                             ["block_id", "title", "text"])
+    ids = batch.column("block_id").to_numpy()
+    if not np.array_equal(ids, np.arange(shard.first_block_id, shard.first_block_id + shard.rows)):
+        raise ArtifactError(f"{blocks.path}: block ids must be dense and in order "
+                            f"(expected {shard.first_block_id}.. in shard {shard.number})")
+    vectors = embed_texts(encoder, tokenizer, batch.column("title").to_pylist(), batch.column("text").to_pylist(),
+                          max_length, batch_size, progress, precision)
+    if not np.isfinite(vectors).all():
+        raise ArtifactError(f"encoder produced NaN/inf embeddings in {shard.file}")
+    directory.mkdir(parents=True, exist_ok=True)
+    np.save(directory / shard.file, vectors.astype(np.float16 if float16 else np.float32), allow_pickle=False)
+    return shard.summary()
+
+
+_loaded: dict[tuple[EncoderRecipe, str], tuple[Any, Any]] = {}
+
+
+def embed_shard(job: ShardJob) -> dict[str, Any]:
+    """Embed one shard in whatever process runs this (the encoder is loaded once per process)."""
     import torch
 
-    torch.set_num_threads(threads)
-    _worker["encoder"], _worker["tokenizer"] = recipe.load()
+    from realm_core.artifacts import ArtifactStore
+
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+    if (job.recipe, job.device) not in _loaded:
+        from realm_core.distributed import resolve_device
+
+        encoder, tokenizer = job.recipe.load()
+        _loaded[(job.recipe, job.device)] = (encoder.to(resolve_device(job.device)), tokenizer)
+    encoder, tokenizer = _loaded[(job.recipe, job.device)]
+    blocks = ArtifactStore(job.store_url).open(job.blocks_path, kind="blocks")
+    return embed_shard_rows(encoder, tokenizer, blocks, job.shard, Path(job.directory), max_length=job.max_length,
+                            batch_size=job.batch_size, float16=job.float16, precision=job.precision)
 
 
-def _embed_shard(titles: list[str], bodies: list[str], path: Path, max_length: int,
-                 batch_size: int, float16: bool, precision: str) -> bool:
-    """In a worker: embed one shard and write its file; False if it holds NaN/inf."""
-    vectors = embed_texts(_worker["encoder"], _worker["tokenizer"], titles, bodies, max_length, batch_size,
-                          precision=precision)
-    if not np.isfinite(vectors).all():
-        return False
-    np.save(path, vectors.astype(np.float16 if float16 else np.float32), allow_pickle=False)
-    return True
-
-
-def _shard_texts(blocks: Any, shard_size: int) -> Iterator[tuple[int, list[str], list[str]]]:
-    """(first block id, titles, bodies) per shard; block ids must be dense and in order."""
-    expected_id = 0
-    for n, batch in enumerate(blocks.iter_batches("blocks", columns=["block_id", "title", "text"],
-                                                  batch_size=shard_size)):
-        block_ids = batch.column("block_id").to_numpy()
-        if not np.array_equal(block_ids, np.arange(expected_id, expected_id + len(block_ids))):
-            raise ArtifactError(f"{blocks.path}: block ids must be dense and in order "
-                                f"(expected {expected_id}.. at part {n})")
-        yield expected_id, batch.column("title").to_pylist(), batch.column("text").to_pylist()
-        expected_id += len(block_ids)
+ShardMap = Callable[[list[ShardJob]], list[dict[str, Any]]]
 
 
 def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, max_length: int,
                  batch_size: int, shard_size: int, float16: bool = False,
                  progress: Progress | None = None, workers: int = 1,
-                 recipe: EncoderRecipe | None = None, precision: str = "fp32") -> dict[str, Any]:
+                 recipe: EncoderRecipe | None = None, precision: str = "fp32",
+                 map_shards: ShardMap | None = None, store_url: str | None = None) -> dict[str, Any]:
     """Write `shard-NNNNN.npy` files for every block of a blocks artifact; return a summary.
 
-    `workers > 1` (with the encoder's `recipe`) embeds shards in parallel CPU processes; progress
-    then advances a shard at a time. Otherwise the shards are embedded on the encoder's device."""
+    The shards are embedded one after another by `encoder` on its device; or, given the
+    encoder's `recipe`, in `workers` local processes (cores/workers threads each), or by
+    `map_shards`, which runs `embed_shard` over the jobs wherever it likes (a Dask cluster
+    through Prefect's task runner). Every way writes the same files."""
     progress = progress or NoProgress()
-    progress.start("embed blocks", blocks.rows("blocks"), "blocks")
+    total = blocks.rows("blocks")
+    progress.start("embed blocks", total, "blocks")
     directory.mkdir(parents=True, exist_ok=True)
-    dtype = np.float16 if float16 else np.float32
-    shards: list[dict[str, Any]] = []
-    if workers > 1 and recipe is not None:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_start_worker,
-                                 initargs=(recipe, threads)) as pool:
-            pending: list[tuple[dict[str, Any], Future[bool]]] = []
-            for n, (first, titles, bodies) in enumerate(_shard_texts(blocks, shard_size)):
-                name = f"shard-{n:05d}.npy"
-                shard = {"file": name, "first_block_id": first, "rows": len(titles)}
-                pending.append((shard, pool.submit(_embed_shard, titles, bodies, directory / name,
-                                                   max_length, batch_size, float16, precision)))
-                while len(pending) > workers or (pending and pending[0][1].done()):
-                    shards.append(_finished(*pending.pop(0), progress))
-            while pending:
-                shards.append(_finished(*pending.pop(0), progress))
+    plan = plan_shards(total, shard_size)
+    fan_out = recipe is not None and (map_shards is not None or workers > 1)
+    if fan_out:
+        assert recipe is not None
+        threads = max(1, (os.cpu_count() or 1) // workers) if map_shards is None else None
+        jobs = [ShardJob(store_url or str(Path(blocks.path).parents[1]), blocks.path, shard, str(directory), recipe,
+                         max_length, batch_size, float16, precision,
+                         device="auto" if map_shards is not None else "cpu", threads=threads) for shard in plan]
+        if map_shards is not None:
+            shards = map_shards(jobs)
+        else:
+            shards = []
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                for summary in pool.map(embed_shard, jobs):
+                    shards.append(summary)
+                    progress.advance(summary["rows"])
     else:
-        for n, (first, titles, bodies) in enumerate(_shard_texts(blocks, shard_size)):
-            vectors = embed_texts(encoder, tokenizer, titles, bodies, max_length, batch_size, progress,
-                                  precision)
-            if not np.isfinite(vectors).all():
-                raise ArtifactError(f"encoder produced NaN/inf embeddings in shard {n}")
-            name = f"shard-{n:05d}.npy"
-            np.save(directory / name, vectors.astype(dtype), allow_pickle=False)
-            shard = {"file": name, "first_block_id": first, "rows": len(titles)}
-            shards.append(shard)
+        shards = [embed_shard_rows(encoder, tokenizer, blocks, shard, directory, max_length=max_length,
+                                   batch_size=batch_size, float16=float16, precision=precision,
+                                   progress=progress) for shard in plan]
     progress.finish()
+    if [s["file"] for s in shards] != [s.file for s in plan]:
+        raise ArtifactError(f"{directory}: shards came back as {[s['file'] for s in shards][:3]}..., "
+                            f"expected {[s.file for s in plan][:3]}...")
     rows = sum(s["rows"] for s in shards)
     return {"shards": shards, "rows": rows, "dim": int(encoder.projection_dim),
             "dtype": "float16" if float16 else "float32"}
-
-
-def _finished(shard: dict[str, Any], future: Future[bool], progress: Progress) -> dict[str, Any]:
-    if not future.result():
-        raise ArtifactError(f"encoder produced NaN/inf embeddings in {shard['file']}")
-    progress.advance(shard["rows"])
-    return shard
 
 
 def load_embeddings(directory: Path, summary: dict[str, Any], n_blocks: int) -> np.ndarray:

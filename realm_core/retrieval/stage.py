@@ -22,7 +22,7 @@ from realm_core.distributed import resolve_device
 from realm_core.encoders import load_tokenizer, resolve_encoder_dir
 from realm_core.errors import ConfigError, RealmError
 from realm_core.progress import NoProgress, Progress
-from realm_core.retrieval.embed import EncoderRecipe, embed_blocks, load_embeddings
+from realm_core.retrieval.embed import EncoderRecipe, ShardMap, embed_blocks, load_embeddings
 from realm_core.retrieval.encoders import HEAD_FILE, RetrieverEncoder
 from realm_core.retrieval.index import MipsIndex
 from realm_core.retrieval.versions import KIND, publish_index, set_current, version_name
@@ -51,7 +51,10 @@ def retriever_step(spec: str) -> int:
 
 
 def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: EmbedConfig,
-                     progress: Progress | None = None, force: bool = False) -> StageResult:
+                     progress: Progress | None = None, force: bool = False,
+                     map_shards: ShardMap | None = None) -> StageResult:
+    """Embed every block (cached). `map_shards` runs the shard jobs elsewhere (a Dask cluster);
+    the artifact is the same as when this process embeds them."""
     inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.doc_encoder),
               "code": code_version(EMBED_CODE, ("torch", "transformers"))}
     key = artifact_key(config.config_hash(), inputs)
@@ -76,7 +79,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                                workers=config.workers if device.type == "cpu" else 1,
                                recipe=EncoderRecipe(config.doc_encoder, config.projection_dim,
                                                     config.pooling, config.seed, config.normalize),
-                               precision=config.precision)
+                               precision=config.precision, map_shards=map_shards, store_url=store.url)
         stats = {"blocks": summary["rows"], "dim": summary["dim"], "dtype": summary["dtype"],
                  "device": str(device), "precision": config.precision,
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}

@@ -1,0 +1,55 @@
+"""Corpus stages fanned out over a Dask cluster through Prefect's Dask task runner.
+
+`embed-blocks-dask` is the embed-blocks stage with one `embed-shard` task per shard of block
+ids: the flow's task runner (a `DaskTaskRunner`) sends them to Dask workers, each of which loads
+the document encoder once and writes its shard file into the stage's scratch directory; the stage
+then publishes the same artifact (same cache key, same files) as a one-process run. The workers
+must see the artifact root and the scratch directory under it: one machine, or a shared
+filesystem.
+
+    realm refresh-index --dask local:4               # a LocalCluster of 4 worker processes
+    realm refresh-index --dask tcp://scheduler:8786  # an existing Dask cluster
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect_dask import DaskTaskRunner
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore
+from realm_core.config import EmbedConfig
+from realm_core.errors import ConfigError
+from realm_core.retrieval.embed import ShardJob
+from realm_core.retrieval.stage import run_embed_blocks
+from tasks.reporting import run_stage
+from tasks.retrieval import embed_shard_task
+
+
+def dask_runner(address: str) -> DaskTaskRunner:
+    """`local:N` starts a LocalCluster of N single-threaded worker processes (torch uses one
+    core each); anything else is the address of a running Dask scheduler."""
+    if address.startswith("local:"):
+        try:
+            workers = int(address.removeprefix("local:"))
+        except ValueError:
+            workers = 0
+        if workers < 1:
+            raise ConfigError(f"dask address {address!r}: expected local:N with N >= 1, or tcp://host:port")
+        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1,
+                                              "processes": True, "dashboard_address": None})
+    return DaskTaskRunner(address=address)
+
+
+@flow(name="embed-blocks-dask", log_prints=True)
+def embed_blocks_dask(blocks: ArtifactRef, embed: EmbedConfig, root: str, force: bool = False) -> dict[str, Any]:
+    """embed-blocks with the shards as tasks on the flow's task runner (run it with
+    `.with_options(task_runner=dask_runner(...))`)."""
+
+    def map_shards(jobs: list[ShardJob]) -> list[dict[str, Any]]:
+        futures = embed_shard_task.map(jobs)
+        return [f.result() for f in futures]
+
+    return run_stage("embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, embed, p, force=force,
+                                                          map_shards=map_shards))

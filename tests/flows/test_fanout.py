@@ -1,0 +1,57 @@
+"""Dask fan-out of the block embedding: a 2-worker LocalCluster writes the one-process artifact."""
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+from realm_core.errors import ConfigError
+
+pytestmark = pytest.mark.slow
+
+
+def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
+    from flows.fanout import dask_runner, embed_blocks_dask
+    from flows.ingest_corpus import chunk_blocks
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.config import load_config
+    from realm_core.retrieval.embed import load_embeddings
+    from realm_core.retrieval.stage import run_embed_blocks
+
+    root = str(tmp_path / "art")
+    blocks = chunk_blocks(preset="tiny", root=root)["ref"]
+    embed = load_config("tiny").embed.model_copy(update={"shard_size": 200})  # 612 blocks: 4 shards
+    fanned = embed_blocks_dask.with_options(task_runner=dask_runner("local:2"))(blocks, embed, root)
+    store = ArtifactStore(root)
+    dask_art = store.open(fanned["ref"], kind="embeddings")
+    shards = dask_art.manifest["embeddings"]["shards"]
+    assert [(s["file"], s["first_block_id"], s["rows"]) for s in shards] == [
+        ("shard-00000.npy", 0, 200), ("shard-00001.npy", 200, 200), ("shard-00002.npy", 400, 200),
+        ("shard-00003.npy", 600, 12)]
+    dask_vectors = load_embeddings(Path(dask_art.path) / "embeddings", dask_art.manifest["embeddings"], 612)
+
+    async def shard_task_runs() -> int:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="embed-shard")))
+            return sum(1 for r in runs if r.state is not None and r.state.is_completed())
+
+    assert asyncio.run(shard_task_runs()) >= 4
+    # this process, the same config: the same cache key, the same shards and vectors
+    local = run_embed_blocks(store, blocks, embed, force=True)
+    assert local.ref.path == fanned["ref"].path
+    local_art = store.open(local.ref, kind="embeddings")
+    assert local_art.manifest["embeddings"]["shards"] == shards
+    local_vectors = load_embeddings(Path(local_art.path) / "embeddings", local_art.manifest["embeddings"], 612)
+    np.testing.assert_allclose(dask_vectors, local_vectors, atol=1e-5)
+
+
+def test_dask_addresses_are_checked() -> None:
+    from flows.fanout import dask_runner
+
+    with pytest.raises(ConfigError, match="local:N"):
+        dask_runner("local:zero")
+    assert dask_runner("tcp://127.0.0.1:8786").address == "tcp://127.0.0.1:8786"
