@@ -18,7 +18,7 @@ PORT ?= 4200
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo test test-fast test-slow serve stop bench retrieval-table pretrain-table openqa-table warm-start-table lock lint clean
+.PHONY: venv demo test test-fast test-slow serve stop bench retrieval-table pretrain-table openqa-table warm-start-table scaling-table lock lint clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/retrieval.py
 	$(BIN)/python bench/pretrain_step.py
 	$(BIN)/python bench/pretrain.py
+	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/readme_tables.py
+
+# README's scaling table and plot: ingest, chunk, spans, embed + index on the corpus replicated
+# 1x-16x, time and peak memory per stage (about 10 minutes on 2 cores).
+scaling-table: $(STAMP)
+	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/readme_tables.py
 
 # README's pretraining table and plot: REALM vs the null-only baseline, same budget (demo preset).

@@ -31,12 +31,15 @@ WORK = ROOT / "bench" / ".work"
 RESIDUE = ["{{", "}}", "[[", "]]", "{|", "|}", "<ref", "&nbsp;", "style=", "'''", "colspan", "<!--"]
 
 
-def replicated_dump(copies: int, out: Path) -> int:
-    """Write the slice `copies` times with shifted page ids; returns the page count."""
+def replicated_dump(copies: int, out: Path, first_pages: int | None = None) -> int:
+    """Write the slice (or its first `first_pages` pages) `copies` times with shifted page ids;
+    returns the page count."""
     xml = bz2.decompress((data_dir() / GENSIM).read_bytes()).decode()
     head, rest = xml.split("<page>", 1)
     body, tail = ("<page>" + rest).rsplit("</page>", 1)
     body += "</page>"
+    if first_pages is not None:
+        body = "".join(p + "</page>" for p in body.split("</page>")[:first_pages])
     page_id = re.compile(r"(<page>\s*<title>[^<]*</title>\s*<ns>\d+</ns>\s*<id>)(\d+)(</id>)")
     n_pages = body.count("<page>")
     with bz2.open(out, "wt", compresslevel=1) as f:

@@ -181,11 +181,31 @@ def openqa_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def scaling_table(result: dict) -> str:
+    stages = list(result["runs"][0]["stages"])
+    lines = ["| scale | pages | blocks | " + " | ".join(f"{s}: s (time/blocks ratio), peak MB" for s in stages) + " |",
+             "|---|---:|---:|" + "---|" * len(stages)]
+    for run in result["runs"]:
+        cells = [f"{st['seconds']:.1f} ({st['time_ratio_per_block_ratio']:.2f}), {st['peak_rss_mb']:,.0f}"
+                 for st in run["stages"].values()]
+        lines.append(f"| {run['scale']}x | {run['pages']:,} | {run['counts']['blocks']:,} | " + " | ".join(cells) + " |")
+    proj = result["projection"]
+    fits = "; ".join(
+        f"{k}: {f['startup_seconds']:.0f} s + {1000 * f['seconds_per_block']:.2f} ms/block (R² {f['r2']:.2f}) -> "
+        + ("not projected (start-up and noise at these sizes)" if proj["hours_on_this_machine"][k] is None
+           else f"**{proj['hours_on_this_machine'][k]:,.1f} h**")
+        for k, f in proj["fit"].items())
+    lines += ["", f"Time/blocks ratio: a stage's seconds over its 1x seconds, divided by the growth in blocks "
+              f"(at most 1: no worse than linear). Projection to {proj['blocks']:,} blocks on this "
+              f"{result['cores']}-core machine, from a least-squares line over the five scales: {fits}."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
-                                            "warm_start": warm_start_table}
+                                            "warm_start": warm_start_table, "scaling": scaling_table}
 
 
 def main() -> None:

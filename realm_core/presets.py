@@ -90,9 +90,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",
                                 "path": "data:enwiki-20181220-pages-articles.xml.bz2"}], "workers": 16},
         "chunk": {"encoder": "bert-base-uncased", "max_wordpieces": 288},
-        "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True},
+        # GPUs: bf16 autocast for the matrix products (weights and AdamW stay fp32)
+        "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True, "precision": "bf16"},
         "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},
         "ict": {"encoder": "bert-base-uncased"},
-        "pretrain": {"reader_encoder": "bert-base-uncased"},
+        "pretrain": {"reader_encoder": "bert-base-uncased", "precision": "bf16"},
     },
 }

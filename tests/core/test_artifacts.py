@@ -128,6 +128,32 @@ def test_memory_filesystem_publishes_manifest_last() -> None:
     assert art is not None and art.read_table("documents").num_rows == 2
 
 
+def test_object_storage_uploads_the_manifest_last_and_a_failed_write_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = ArtifactStore("memory://realm-order-root")
+    uploaded: list[str] = []
+    put_file = store.fs.put_file
+    monkeypatch.setattr(store.fs, "put_file", lambda src, dst, **kw: (uploaded.append(dst.rsplit("/", 1)[-1]),
+                                                                      put_file(src, dst, **kw)))
+    _write(store, "ordered", 5)
+    assert uploaded[-1] == "manifest.json" and len(uploaded) == 4  # 3 parts of 2 rows, then the manifest
+    with pytest.raises(RuntimeError), store.write("documents", "broken", config={}, config_hash="c",
+                                                  inputs={}) as w:
+        w.table("documents").write([_doc(0)])
+        raise RuntimeError("killed mid-stage")
+    assert store.lookup("documents", "broken") is None
+    assert not store.fs.exists(store.path("documents", "broken"))
+
+
+def test_read_rows_reads_a_range_across_part_files(store: ArtifactStore) -> None:
+    art = store.open(_write(store, "parts", 7, rows_per_file=3))  # parts of 3, 3, 1 rows
+    rows = art.read_rows("documents", 2, 7, ["page_id"])
+    assert rows.column("page_id").to_pylist() == [2, 3, 4, 5, 6]
+    assert art.read_rows("documents", 3, 6, ["page_id"]).column("page_id").to_pylist() == [3, 4, 5]
+    with pytest.raises(ArtifactError, match=r"no rows \[9, 12\)"):
+        art.read_rows("documents", 9, 12)
+
+
 def test_code_version_tracks_sources_and_packages() -> None:
     from realm_core.artifacts import code_version
 

@@ -54,3 +54,16 @@ def test_index_from_other_blocks_or_conflicting_version(store: ArtifactStore) ->
     with pytest.raises(RealmError, match="index version 0 exists, built from other embeddings"):
         run_build_index(store, emb_b.ref, b, IndexConfig())
     assert np.isfinite(load_index(store)[0].index.reconstruct(0)).all()
+
+
+def test_block_embeddings_publish_to_object_storage() -> None:
+    # an fsspec URL root (memory:// here, s3:// or gs:// for users): blocks read through fsspec,
+    # shards written to local scratch and uploaded before the manifest
+    store = ArtifactStore("memory://realm-embed-root")
+    ref = blocks(store, "b", TEXTS)
+    emb = run_embed_blocks(store, ref, EmbedConfig(projection_dim=32, max_length=64, batch_size=2, shard_size=3))
+    art = store.open(emb.ref, kind="embeddings")
+    assert [s["rows"] for s in art.manifest["embeddings"]["shards"]] == [3, 1]
+    assert sorted(art.manifest["files"]) == ["embeddings/shard-00000.npy", "embeddings/shard-00001.npy"]
+    with store.fs.open(art.file("embeddings/shard-00001.npy"), "rb") as f:
+        assert np.load(f).shape == (1, 32)

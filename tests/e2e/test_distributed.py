@@ -1,5 +1,5 @@
 """Data-parallel REALM pretraining: 2 CPU processes (torchrun, gloo) train like 1 process with the
-same global batch."""
+same global batch, and a single-process run killed mid-way resumes on 2 ranks."""
 
 import json
 import os
@@ -32,12 +32,34 @@ def _model_dir(root: Path) -> Path:
     return model
 
 
-def test_two_gloo_ranks_follow_the_single_process_loss_curve(shared_data: Path, tmp_path: Path) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
-    single = _pretrain(one)
+WEIGHTS = ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/projection.safetensors")
+
+
+def _assert_same_weights(a: Path, b: Path) -> None:
+    for part in WEIGHTS:
+        wa, wb = load_file(str(a / part)), load_file(str(b / part))
+        assert wa.keys() == wb.keys()
+        worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+        assert worst < 1e-4, f"{part}: max |difference| {worst}"
+
+
+@pytest.fixture(scope="module")
+def single_run(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted one-process run (its root also holds the upstream artifacts)."""
+    root = tmp_path_factory.mktemp("single") / "art"
+    single = _pretrain(root)
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
-    # the same upstream artifacts (blocks, spans, ICT), none of the pretraining outputs
-    shutil.copytree(one, two, ignore=shutil.ignore_patterns("realm_model", "runs", "checkpoints"))
+    return root
+
+
+def _upstream_copy(root: Path, dest: Path) -> Path:
+    """The same upstream artifacts (blocks, spans, ICT), none of the pretraining outputs."""
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns("realm_model", "runs", "checkpoints"))
+    return dest
+
+
+def test_two_gloo_ranks_follow_the_single_process_loss_curve(single_run: Path, tmp_path: Path) -> None:
+    one, two = single_run, _upstream_copy(single_run, tmp_path / "two")
     ddp = _pretrain(two, "--nproc", "2")
     assert ddp.returncode == 0, ddp.stdout[-3000:] + ddp.stderr[-3000:]
 
@@ -54,8 +76,31 @@ def test_two_gloo_ranks_follow_the_single_process_loss_curve(shared_data: Path, 
         assert rb["index_step"] == ra["index_step"]  # both switched to the refreshed index at step 2
     assert curve_b[-1]["index_step"] > curve_b[0]["index_step"]
     # and the trained weights agree (gradients averaged over ranks = the global batch's gradient)
-    for part in ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/projection.safetensors"):
-        wa, wb = load_file(str(a / part)), load_file(str(b / part))
-        assert wa.keys() == wb.keys()
-        worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
-        assert worst < 1e-4, f"{part}: max |difference| {worst}"
+    _assert_same_weights(a, b)
+
+
+def test_a_killed_single_process_run_resumes_on_two_ranks(single_run: Path, tmp_path: Path) -> None:
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.blocks import run_chunk
+    from realm_core.config import load_config
+    from realm_core.ingest.stage import run_ingest
+    from realm_core.pretrain.stage import run_pretrain
+    from realm_core.retrieval.warm_start import run_warm_start_ict
+    from realm_core.spans.mining import run_mine_spans
+    from tests.e2e.test_pretrain import KillAfter, Killed
+
+    root = _upstream_copy(single_run, tmp_path / "resumed")
+    cfg = load_config("tiny", None, SETTINGS)
+    store = ArtifactStore(root)  # the upstream stages are cache hits here
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    with pytest.raises(Killed):  # after step 3: step 2's checkpoint is on disk, step 3's is not
+        run_pretrain(store, blocks.ref, spans.ref, ict.ref, cfg.pretrain, cfg.masking, cfg.embed, cfg.index,
+                     KillAfter(3))
+    assert list((root / "checkpoints").glob("pretrain-*/step-00000002"))
+    resumed = _pretrain(root, "--nproc", "2")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    manifest = json.loads((_model_dir(root) / "manifest.json").read_text())
+    assert manifest["stats"]["world_size"] == 2
+    _assert_same_weights(_model_dir(single_run), _model_dir(root))
