@@ -36,6 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 SHAPES = {
@@ -146,6 +147,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
 def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, reader_length: int,
                doc_length: int, batch: int, steps: int) -> dict[str, Any]:
     import torch
+    from peers import bare_reader_loss  # the peer of bench/pretrain_step.py
 
     from realm_core.config import PretrainConfig
     from realm_core.distributed import Placement
@@ -193,11 +195,8 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     def bare_reader_step(reader_batch: Any) -> None:
         optimizer.zero_grad(set_to_none=True)
         with place.autocast():
-            log_probs = models.reader(reader_batch.input_ids, reader_batch.attention_mask,
-                                      reader_batch.masked_positions)  # (B, K, M, V)
-        k = log_probs.size(1)
-        gold = log_probs.gather(-1, reader_batch.targets.unsqueeze(1).expand(-1, k, -1).unsqueeze(-1))
-        (-gold.mean()).backward()
+            loss = bare_reader_loss(models.reader, reader_batch)
+        loss.backward()
         optimizer.step()
 
     if device.type == "cuda":

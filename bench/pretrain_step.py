@@ -41,6 +41,9 @@ from realm_core.spans.masking import iter_examples
 from realm_core.spans.mining import run_mine_spans
 from realm_core.training import adamw
 
+sys.path.insert(0, str(ROOT / "bench"))
+from peers import bare_reader_loss  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,11 +82,7 @@ def main() -> None:
 
     def bare_reader_step(reader_batch):  # type: ignore[no-untyped-def]
         optimizer.zero_grad()
-        log_probs = models.reader(reader_batch.input_ids, reader_batch.attention_mask,
-                                  reader_batch.masked_positions)  # (B, K, M, V)
-        k = log_probs.size(1)
-        gold = log_probs.gather(-1, reader_batch.targets.unsqueeze(1).expand(-1, k, -1).unsqueeze(-1))
-        (-gold.mean()).backward()
+        bare_reader_loss(models.reader, reader_batch).backward()
         optimizer.step()
 
     inputs = [realm_step(batches[0])]  # warm-up, and the reader inputs the peer reuses

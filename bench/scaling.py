@@ -22,9 +22,7 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from ingest import replicated_dump, tree_rss_kb  # noqa: E402  (bench/ingest.py)
+from ingest import replicated_dump, timed  # noqa: E402  (bench/ingest.py)
 
 from realm_core.config import data_dir  # noqa: E402
 
@@ -43,19 +41,9 @@ REALM_BLOCKS = 13_000_000  # REALM §4: the December 2018 English Wikipedia in 2
 
 def run_stage(command: str, dump: Path, root: Path, env: dict[str, str]) -> dict[str, float]:
     sources = json.dumps([{"kind": "wikipedia", "path": str(dump)}])
-    cmd = [sys.executable, "-m", "flows.cli", command, "--preset", "demo", "--set", f"ingest.sources={sources}",
-           "--root", str(root)]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss_kb(proc.pid))
-        time.sleep(0.05)
-    seconds = time.perf_counter() - t0
-    output = proc.stdout.read() if proc.stdout else ""
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-3000:]}")
-    return {"seconds": round(seconds, 2), "peak_rss_mb": round(peak / 1024, 1)}
+    seconds, peak_kb = timed([sys.executable, "-m", "flows.cli", command, "--preset", "demo",
+                              "--set", f"ingest.sources={sources}", "--root", str(root)], env)
+    return {"seconds": round(seconds, 2), "peak_rss_mb": round(peak_kb / 1024, 1)}
 
 
 def counts(root: Path) -> dict[str, int]:
