@@ -110,6 +110,27 @@ def _report(title: str, ref: Any, cached: bool, stats: dict[str, Any]) -> None:
     out.print(table)
 
 
+Nproc = Annotated[int, typer.Option(
+    min=1, help="data-parallel processes on this machine (relaunches under torchrun: gloo on CPU, "
+                "nccl on GPUs); for several machines run torchrun yourself")]
+
+
+def relaunch_under_torchrun(nproc: int) -> None:
+    """With --nproc N > 1 outside torchrun: run this same command line once per rank (without
+    --nproc, which torchrun would read as its own option); torchrun sets WORLD_SIZE, so the ranks
+    do not relaunch again."""
+    if nproc <= 1 or "WORLD_SIZE" in os.environ:
+        return
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg == "--nproc" or arg.startswith("--nproc="):
+            skip = arg == "--nproc"
+            continue
+        args.append(arg)
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              f"--nproc-per-node={nproc}", "-m", "flows.cli", *args])
+
+
 @app.command()
 def ingest(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
            root: Root = None, force: Force = False,
@@ -259,60 +280,6 @@ def refresh_index(preset: Preset = "demo", config: ConfigFile = None, overrides:
         _report("index", built.ref, built.cached, built.stats)
 
 
-@app.command()
-def pretrain(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-             root: Root = None, force: Force = False,
-             sync_refresh: Annotated[bool | None, typer.Option(
-                 "--sync-refresh/--async-refresh",
-                 help="wait for each index refresh (deterministic) or keep training on the old index "
-                      "(default: pretrain.sync_refresh)")] = None,
-             retrieval: Annotated[str | None, typer.Option(
-                 help="realm, or null_only for the BERT-style baseline (REALM Table 2)")] = None,
-             nproc: Annotated[int, typer.Option(
-                 min=1, help="data-parallel processes on this machine (relaunches under torchrun: "
-                             "gloo on CPU, nccl on GPUs); for several machines run torchrun yourself")] = 1,
-             ) -> None:
-    """blocks + salient spans + warm-started retriever -> [bold]REALM model[/]: masked salient spans predicted by marginalising over the top-k retrieved blocks and the null block; retriever and reader trained jointly; index refreshed every pretrain.refresh_every steps. Killed runs resume from their last checkpoint when rerun, on any number of processes.
-
-    Example: realm pretrain --preset demo --sync-refresh --set pretrain.steps=400
-
-    Data parallel: realm pretrain --nproc 2, or torchrun --nproc-per-node 8 -m flows.cli pretrain --preset paper"""
-    if nproc > 1 and "WORLD_SIZE" not in os.environ:
-        # the same command line, once per rank, without --nproc (torchrun would read it as its own)
-        args, skip = [], False
-        for arg in sys.argv[1:]:
-            if skip or arg == "--nproc" or arg.startswith("--nproc="):
-                skip = arg == "--nproc"
-                continue
-            args.append(arg)
-        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                  f"--nproc-per-node={nproc}", "-m", "flows.cli", *args])
-    from realm_core.distributed import Placement, rank_zero_first
-    from realm_core.pretrain.stage import run_pretrain
-    from realm_core.progress import NoProgress
-    from realm_core.spans.mining import run_mine_spans
-
-    with _errors():
-        sets = list(overrides or [])
-        if sync_refresh is not None:
-            sets.append(f"pretrain.sync_refresh={str(sync_refresh).lower()}")
-        if retrieval is not None:
-            sets.append(f"pretrain.retrieval={retrieval}")
-        cfg, store = _setup(preset, config, sets, root)
-        placement = Placement.from_env(cfg.pretrain.device, cfg.pretrain.precision)
-        with rank_zero_first(placement):  # upstream stages run once, the other ranks hit the cache
-            blocks = _blocks(cfg, store)
-            spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
-            retriever_ref = _pretrain_retriever(cfg, store, blocks, spans)
-        result = run_pretrain(store, blocks.ref, spans.ref, retriever_ref, cfg.pretrain, cfg.masking,
-                              cfg.embed, cfg.index, RichProgress() if placement.is_main else NoProgress(),
-                              force=force)
-        placement.close()
-        if placement.is_main:
-            _report(f"REALM model ({cfg.pretrain.retrieval})", result.ref, result.cached, result.stats)
-            out.print(result.report)
-
-
 @app.command("evaluate-retrieval")
 def evaluate_retrieval(preset: Preset = "demo", config: ConfigFile = None,
                        overrides: Overrides = None, root: Root = None,
@@ -405,7 +372,7 @@ def pipeline(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
 
 
 # the other commands register themselves on import
-from flows import cli_data, cli_openqa  # noqa: E402,F401
+from flows import cli_data, cli_openqa, cli_pretrain  # noqa: E402,F401
 
 
 def main() -> None:  # pragma: no cover - console entry
@@ -413,4 +380,8 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # `python -m flows.cli` (as torchrun starts each rank): the commands of cli_data, cli_openqa and
+    # cli_pretrain register on the imported module's app, not on this __main__ copy's
+    from flows.cli import main as imported_main
+
+    imported_main()

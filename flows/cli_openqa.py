@@ -10,6 +10,7 @@ import typer
 
 from flows.cli import (
     ConfigFile,
+    Nproc,
     Overrides,
     Preset,
     RichProgress,
@@ -21,6 +22,7 @@ from flows.cli import (
     _warm_start,
     app,
     out,
+    relaunch_under_torchrun,
 )
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig
@@ -28,19 +30,25 @@ from realm_core.config import PipelineConfig
 
 def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -> tuple[Any, Any, list[Any]]:
     """(blocks, questions, [(system, fine-tuned model or None)]) for the named systems, every
-    upstream stage through the cache (trained first where missing)."""
+    upstream stage through the cache (trained first where missing). Under torchrun the
+    single-process stages run on rank 0 first; pretraining and fine-tuning run on every rank."""
+    from realm_core.distributed import Placement, rank_zero_first
     from realm_core.openqa.qa_stage import qa_systems, run_finetune
     from realm_core.openqa.stage import run_load_questions
     from realm_core.pretrain.stage import run_pretrain
+    from realm_core.progress import NoProgress
     from realm_core.spans.mining import run_mine_spans
 
-    blocks, retriever = _warm_start(cfg, store)
+    placement = Placement.from_env(cfg.finetune.device, cfg.finetune.precision)
+    with rank_zero_first(placement):
+        blocks, retriever = _warm_start(cfg, store)
+        spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress()) if "realm" in systems else None
+        start = _pretrain_retriever(cfg, store, blocks, spans) if spans is not None else None
+        questions = run_load_questions(store, cfg.questions)
     realm_ref = None
-    if "realm" in systems:
-        spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
-        realm_ref = run_pretrain(store, blocks.ref, spans.ref, _pretrain_retriever(cfg, store, blocks, spans),
-                                 cfg.pretrain, cfg.masking, cfg.embed, cfg.index, RichProgress()).ref
-    questions = run_load_questions(store, cfg.questions)
+    if spans is not None:
+        realm_ref = run_pretrain(store, blocks.ref, spans.ref, start, cfg.pretrain, cfg.masking, cfg.embed,
+                                 cfg.index, RichProgress() if placement.is_main else NoProgress()).ref
     entries: list[tuple[Any, Any]] = []
     for system in qa_systems(retriever.ref, realm_ref, cfg.embed, cfg.ict.encoder):
         if system.key not in systems:
@@ -48,8 +56,10 @@ def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -
         if system.retrieval == "none":
             entries.append((system, None))
             continue
-        result = run_finetune(store, blocks.ref, questions.ref, system, cfg.finetune, RichProgress())
-        _report(f"fine-tuned {system.name}", result.ref, result.cached, result.stats)
+        result = run_finetune(store, blocks.ref, questions.ref, system, cfg.finetune,
+                              RichProgress() if placement.is_main else NoProgress())
+        if placement.is_main:
+            _report(f"fine-tuned {system.name}", result.ref, result.cached, result.stats)
         entries.append((system, result.ref))
     return blocks, questions, entries
 
@@ -68,14 +78,21 @@ def _systems(chosen: list[str] | None) -> list[str]:
 def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
              root: Root = None, system: Systems = None,
              dataset: Annotated[str | None, typer.Option(
-                 help="questions dataset to train on (default: finetune.dataset, squad-open)")] = None) -> None:
+                 help="questions dataset to train on (default: finetune.dataset, squad-open)")] = None,
+             nproc: Nproc = 1) -> None:
     """questions + blocks + retriever -> [bold]fine-tuned open-QA system[/] (REALM §3.4): the document encoder and its index frozen, the query encoder and the span reader trained on the top-5 blocks, p(y|x) marginalised over every matching span. Each system gets the same budget. Killed runs resume from their last checkpoint when rerun.
 
-    Example: realm finetune --system ict --system realm --set finetune.steps=300"""
+    Example: realm finetune --system ict --system realm --set finetune.steps=300
+
+    Data parallel: realm finetune --nproc 2 (or torchrun ... -m flows.cli finetune)"""
+    relaunch_under_torchrun(nproc)
     with _errors():
         sets = list(overrides or []) + ([f"finetune.dataset={dataset}"] if dataset else [])
         cfg, store = _setup(preset, config, sets, root)
         _qa_entries(cfg, store, [s for s in _systems(system) if s != "none"])
+        from realm_core.distributed import Placement
+
+        Placement.from_env(cfg.finetune.device).close()
 
 
 @app.command()

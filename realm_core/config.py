@@ -282,7 +282,7 @@ class FinetuneConfig(StageConfig):
     """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
     encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
 
     dataset: str = Field("squad-open", description="questions table dataset to train on")
     split: Literal["train", "dev", "test"] = "train"
@@ -303,6 +303,8 @@ class FinetuneConfig(StageConfig):
     checkpoint_every: int = Field(100, ge=1)
     log_every: int = Field(10, ge=1)
     seed: int = 0
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
 
 
 class OpenQAEvalConfig(StageConfig):

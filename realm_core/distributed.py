@@ -107,6 +107,27 @@ class Placement:
         torch.distributed.broadcast(t, src=0)
         return int(t.item())
 
+    def sum_gradients(self, parameters: Sequence[torch.nn.Parameter]) -> None:
+        """Add up every rank's gradients in place, in one flat all-reduce. A parameter that
+        has a gradient on some rank gets zeros where it has none; one with a gradient on no rank
+        keeps None (so AdamW still skips it, as in one process)."""
+        if not self.distributed or not parameters:
+            return
+        device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        has = torch.tensor([p.grad is not None for p in parameters], dtype=torch.int32, device=device)
+        torch.distributed.all_reduce(has)
+        live = [p for p, n in zip(parameters, has.tolist(), strict=True) if n > 0]
+        if not live:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in live]
+        flat = torch.cat([g.reshape(-1).to(device) for g in grads])
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for p in live:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.device).clone()
+            offset += n
+
     def data_parallel(self, module: torch.nn.Module) -> torch.nn.Module:
         """`module` wrapped in DistributedDataParallel (gradients averaged over ranks), or itself."""
         if not self.distributed:

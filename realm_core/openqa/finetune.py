@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from realm_core.config import FinetuneConfig
+from realm_core.distributed import Placement
 from realm_core.openqa.answers import has_answer, normalize_answer, regex_match, token_string
 from realm_core.openqa.span_reader import SpanReader, gold_spans, span_marginal_likelihood
 from realm_core.progress import NoProgress, Progress
@@ -122,14 +123,15 @@ class QARetriever:
             return np.asarray(rows, dtype=np.int64)
         with torch.no_grad():
             q = self.embed(questions)
-        _, ids = self.index.search(q.float().numpy(), self.top_k)
+        _, ids = self.index.search(q.float().cpu().numpy(), self.top_k)
         return np.asarray(ids, dtype=np.int64)
 
     def embed(self, questions: list[str]) -> torch.Tensor:
         enc = self.tokenizer(questions, truncation=True, max_length=self.question_length,
                              return_attention_mask=False)["input_ids"]
         ids, mask = pad_sequences(enc, self.tokenizer.pad_token_id)
-        out: torch.Tensor = self.query_encoder(ids, mask)  # (B, D)
+        device = next(self.query_encoder.parameters()).device
+        out: torch.Tensor = self.query_encoder(ids.to(device), mask.to(device)).float()  # (B, D)
         return out
 
     def log_p_z(self, questions: list[str], block_ids: np.ndarray) -> torch.Tensor:
@@ -139,7 +141,8 @@ class QARetriever:
             return torch.full((b, k), -math.log(max(k, 1)))
         assert self.vectors is not None
         q = self.embed(questions)  # (B, D)
-        scores = torch.einsum("bd,bkd->bk", q, self.vectors[torch.from_numpy(block_ids)])  # (B, K)
+        vectors = self.vectors[torch.from_numpy(block_ids)].to(q.device)  # (B, K, D)
+        scores = torch.einsum("bd,bkd->bk", q, vectors)  # (B, K)
         return torch.log_softmax(scores, dim=-1)
 
 
@@ -215,16 +218,25 @@ def _answer_ids(q: QAQuestion, tokenizer: Any) -> list[list[int]]:
 
 def finetune(models: QAModels, retriever: QARetriever, questions: list[QAQuestion], blocks: BlockStore,
              tokenizer: Any, config: FinetuneConfig, checkpoint_root: Path,
-             progress: Progress | None = None) -> FinetuneCurves:
+             progress: Progress | None = None, placement: Placement | None = None) -> FinetuneCurves:
     """Train in place for `config.steps` steps; resumes from the newest checkpoint.
 
     Each step draws up to draw_factor x batch_size questions (a function of seed and step) and
     keeps the first batch_size whose retrieved blocks hold an answer: the others have no gold
-    span and give no gradient (REALM and ORQA train only on those)."""
+    span and give no gradient (REALM and ORQA train only on those).
+
+    Under torchrun every rank finds the same batch and reads its slice of it; the gradients are
+    summed over ranks, each rank's loss already divided by the batch's global count, so a step is
+    the one-process step. (Not DDP's hooks: a rank whose slice has no finite loss runs no
+    backward at all.)"""
+    place = placement or Placement.single()
     progress = progress or NoProgress()
+    for m in models.modules().values():
+        m.to(place.device)
     train_retriever = retriever.kind == "dense" and config.train_query_encoder
     trainable = [models.reader] + ([models.query_encoder] if train_retriever else [])
     optimizer = adamw(trainable, config.learning_rate, config.weight_decay)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
     curves, start = FinetuneCurves(), 0
     if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
         restore_checkpoint(ckpt, models.modules(), optimizer)
@@ -245,38 +257,46 @@ def finetune(models: QAModels, retriever: QARetriever, questions: list[QAQuestio
         usable = with_gold[:config.batch_size]
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
         set_learning_rate(optimizer, lr)
-        torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
+        torch.manual_seed(step_seed(config.seed, step, stream=1 + place.rank))  # dropout masks
         optimizer.zero_grad(set_to_none=True)
         row = {"step": float(step + 1), "learning_rate": lr, "loss": float("nan"),
                "with_gold": len(with_gold) / max(len(candidates), 1), "questions": float(len(usable))}
-        if usable:
-            batch = [candidates[i] for i in usable]
-            block_ids = proposed[usable]  # (B, K)
+        mine = place.shard(usable)  # this rank's slice of the batch
+        log_p_y = torch.zeros(0)
+        if mine:
+            batch = [candidates[i] for i in mine]
+            block_ids = proposed[mine]  # (B, K)
             q_ids = [tokenizer(q.question, truncation=True, max_length=config.question_length)["input_ids"]
                      for q in batch]
             rows = reader_rows(q_ids, block_ids, blocks, config.reader_length, tokenizer.sep_token_id,
                                tokenizer.pad_token_id)
             gold = gold_tensor(rows, [_answer_ids(q, tokenizer) for q in batch], config.max_span_length)
-            with torch.set_grad_enabled(train_retriever):
+            with torch.set_grad_enabled(train_retriever), place.autocast():
                 log_p_z = retriever.log_p_z([q.question for q in batch], block_ids)  # (B, K)
-            span_scores = models.reader(rows.input_ids, rows.attention_mask, rows.body_mask)  # (B, K, T, L)
-            log_p_y = span_marginal_likelihood(span_scores, gold, log_p_z)  # (B,)
-            finite = torch.isfinite(log_p_y)  # an answer in the text but not as whole wordpieces
-            if bool(finite.any()):
-                loss = -log_p_y[finite].mean()
-                loss.backward()  # type: ignore[no-untyped-call]
-                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
-                                               config.max_grad_norm)
-                optimizer.step()
-                row["loss"] = float(loss.detach())
-                if not math.isfinite(row["loss"]):
-                    raise FloatingPointError(f"step {step + 1}: loss is {row['loss']}; lower "
-                                             "finetune.learning_rate")
+            with place.autocast():
+                span_scores = models.reader(rows.input_ids.to(place.device), rows.attention_mask.to(place.device),
+                                            rows.body_mask.to(place.device))  # (B, K, T, L)
+            log_p_y = span_marginal_likelihood(span_scores.float(), gold.to(place.device), log_p_z.float())  # (B,)
+        finite = torch.isfinite(log_p_y)  # an answer in the text but not as whole wordpieces
+        local_sum = -log_p_y[finite].sum() if bool(finite.any()) else None
+        n_finite, loss_sum = place.sum([float(finite.sum()), float(local_sum.detach()) if local_sum is not None else 0.0])
+        if n_finite > 0:  # every rank agrees: the same step is taken everywhere
+            if local_sum is not None:
+                (local_sum / n_finite).backward()  # type: ignore[no-untyped-call]
+            place.sum_gradients(params)
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+            row["loss"] = loss_sum / n_finite
+            if not math.isfinite(row["loss"]):
+                raise FloatingPointError(f"step {step + 1}: loss is {row['loss']}; lower "
+                                         "finetune.learning_rate")
         curves.steps.append(row)
         progress.advance(1)
         done = step + 1
         if done % config.checkpoint_every == 0 or done == config.steps:
-            save_checkpoint(checkpoint_root, done, models.modules(), optimizer, {"curves": curves.steps})
+            if place.is_main:
+                save_checkpoint(checkpoint_root, done, models.modules(), optimizer, {"curves": curves.steps})
+            place.barrier()
     progress.finish()
     for m in models.modules().values():
         m.eval()

@@ -27,7 +27,7 @@ import numpy as np
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import BUNDLED_ENCODER, EmbedConfig, FinetuneConfig, OpenQAEvalConfig
 from realm_core.curves import curve_markdown, plot_curves
-from realm_core.errors import ConfigError, InputError
+from realm_core.errors import ConfigError, InputError, RealmError
 from realm_core.openqa.answers import exact_match
 from realm_core.openqa.finetune import (
     BlockStore,
@@ -136,6 +136,7 @@ def _retriever(store: ArtifactStore, blocks_ref: ArtifactRef, system: QASystem, 
 def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
                  system: QASystem, config: FinetuneConfig, progress: Progress | None = None,
                  force: bool = False) -> StageResult:
+    from realm_core.distributed import Placement
     from realm_core.encoders import load_tokenizer
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
@@ -148,6 +149,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(MODEL_KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    placement = Placement.from_env(config.device, config.precision)
     questions = load_questions(store, questions_ref, config.dataset, config.split)
     tokenizer = load_tokenizer(system.reader)
     blocks = _blocks(store, blocks_ref, tokenizer)
@@ -159,14 +161,21 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     reader = SpanReader.from_pretrained(system.reader, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, query_encoder)
     checkpoints = Path(store.root) / "checkpoints" / f"finetune-{key}"
-    curves = finetune(models, retriever, questions, blocks, tokenizer, config, checkpoints, progress)
+    curves = finetune(models, retriever, questions, blocks, tokenizer, config, checkpoints, progress, placement)
+    if not placement.is_main:  # rank 0 publishes; the others return its artifact
+        placement.barrier()
+        published = store.lookup(MODEL_KIND, key)
+        if published is None:
+            raise RealmError(f"rank {placement.rank}: rank 0 did not publish {MODEL_KIND}/{key}")
+        return StageResult(published.ref, False, published.manifest["stats"], published.manifest["report"])
     trained = [r for r in curves.steps if r["loss"] == r["loss"]]  # NaN: nothing to learn that step
     tail = trained[-min(20, len(trained)):]
     stats = {"system": system.name, "dataset": f"{config.dataset}/{config.split}",
              "train_questions": len(questions), "steps": config.steps, "steps_trained": len(trained),
              "questions_seen": int(sum(r["questions"] for r in curves.steps)),
              "with_gold": round(float(np.mean([r["with_gold"] for r in curves.steps])), 3),
-             "final_loss": round(float(np.mean([r["loss"] for r in tail])), 4) if tail else None}
+             "final_loss": round(float(np.mean([r["loss"] for r in tail])), 4) if tail else None,
+             "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision}
     report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n" + curve_markdown(
         curves.steps, CURVE_COLUMNS)
     with store.write(MODEL_KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
@@ -181,6 +190,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
                     f"open-QA fine-tuning: {system.name}")
         out.extra_manifest.update({"stats": stats, "report": report, "system": system.spec()})
     shutil.rmtree(checkpoints, ignore_errors=True)
+    placement.barrier()
     hit = store.lookup(MODEL_KIND, key)
     assert hit is not None
     return StageResult(hit.ref, False, stats, report)

@@ -104,3 +104,31 @@ def test_a_killed_single_process_run_resumes_on_two_ranks(single_run: Path, tmp_
     manifest = json.loads((_model_dir(root) / "manifest.json").read_text())
     assert manifest["stats"]["world_size"] == 2
     _assert_same_weights(_model_dir(single_run), _model_dir(root))
+
+
+def _finetune(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "flows.cli", "finetune", "--preset", "tiny", "--root", str(root),
+                           "--system", "ict", "--set", "finetune.batch_size=4", "--set", "finetune.steps=3",
+                           *extra], capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_two_gloo_ranks_fine_tune_like_one_process(single_run: Path, tmp_path: Path) -> None:
+    one, two = _upstream_copy(single_run, tmp_path / "one"), _upstream_copy(single_run, tmp_path / "two")
+    for root, extra in ((one, ()), (two, ("--nproc", "2"))):
+        done = _finetune(root, *extra)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (a,) = [p for p in (one / "openqa_model").iterdir() if (p / "manifest.json").is_file()]
+    (b,) = [p for p in (two / "openqa_model").iterdir() if (p / "manifest.json").is_file()]
+    assert json.loads((b / "manifest.json").read_text())["stats"]["world_size"] == 2
+    curve_a = pq.read_table(a / "finetune_curve").to_pylist()
+    curve_b = pq.read_table(b / "finetune_curve").to_pylist()
+    assert [r["questions"] for r in curve_a] == [r["questions"] for r in curve_b]
+    trained = [(ra["loss"], rb["loss"]) for ra, rb in zip(curve_a, curve_b, strict=True) if ra["loss"] == ra["loss"]]
+    assert len(trained) >= 2  # steps with a gold span to learn from
+    for la, lb in trained:
+        assert lb == pytest.approx(la, rel=1e-4)
+    for part in ("reader/model.safetensors", "reader/span_head.safetensors", "query_encoder/model.safetensors"):
+        wa, wb = load_file(str(a / part)), load_file(str(b / part))
+        worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+        assert worst < 1e-4, f"{part}: max |difference| {worst}"
