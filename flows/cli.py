@@ -110,6 +110,10 @@ def _report(title: str, ref: Any, cached: bool, stats: dict[str, Any]) -> None:
     out.print(table)
 
 
+Dask = Annotated[str | None, typer.Option(
+    help="run the shards on Dask workers through Prefect's Dask task runner: local:N (a "
+         "LocalCluster of N processes) or a scheduler address tcp://host:8786; the workers must "
+         "share the artifact root")]
 Nproc = Annotated[int, typer.Option(
     min=1, help="data-parallel processes on this machine (relaunches under torchrun: gloo on CPU, "
                 "nccl on GPUs); for several machines run torchrun yourself")]
@@ -208,15 +212,22 @@ def chunk(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrid
 
 @app.command("mine-spans")
 def mine_spans(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-               root: Root = None, force: Force = False) -> None:
+               root: Root = None, force: Force = False, dask: Dask = None) -> None:
     """blocks -> [bold]salient spans[/]: named entities (spaCy NER, only its 'ner' pipe) and dates (regexes), per sentence, the longer span winning an overlap (REALM §3.4).
 
-    Example: realm mine-spans --preset demo --set spans.n_process=2"""
+    Example: realm mine-spans --preset demo --set spans.n_process=2 (or --dask local:4)"""
     from realm_core.spans.mining import run_mine_spans
 
     with _errors():
         cfg, store = _setup(preset, config, overrides, root)
         blocks = _blocks(cfg, store)
+        if dask:
+            from flows.fanout import dask_runner, mine_spans_dask
+
+            fanned = mine_spans_dask.with_options(task_runner=dask_runner(dask))(blocks.ref, cfg.spans, store.url,
+                                                                                 force)
+            _report("salient spans", fanned["ref"], fanned["cached"], fanned["stats"])
+            return
         result = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress(), force=force)
         _report("salient spans", result.ref, result.cached, result.stats)
 
@@ -253,10 +264,7 @@ def refresh_index(preset: Preset = "demo", config: ConfigFile = None, overrides:
                   encoder: Annotated[str | None, typer.Option(
                       help="document encoder: a retriever artifact's doc_encoder dir, HF dir or "
                            "bundled name (default: embed.doc_encoder)")] = None,
-                  dask: Annotated[str | None, typer.Option(
-                      help="embed the shards on Dask workers through Prefect's Dask task runner: "
-                           "local:N (a LocalCluster of N processes) or a scheduler address "
-                           "tcp://host:8786; the workers must share the artifact root")] = None) -> None:
+                  dask: Dask = None) -> None:
     """blocks -> [bold]embeddings[/] -> [bold]index/v<step>[/]: embed every block with the document encoder and switch the index pointer to the new version atomically.
 
     Example: realm refresh-index --encoder work/artifacts/retriever/<key>/doc_encoder --dask local:2"""

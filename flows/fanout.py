@@ -5,10 +5,12 @@ ids: the flow's task runner (a `DaskTaskRunner`) sends them to Dask workers, eac
 the document encoder once and writes its shard file into the stage's scratch directory; the stage
 then publishes the same artifact (same cache key, same files) as a one-process run. The workers
 must see the artifact root and the scratch directory under it: one machine, or a shared
-filesystem.
+filesystem. `mine-spans-dask` does the same for salient span mining: one `mine-spans-shard`
+task per `spans.shard_size` blocks, each running spaCy on its worker and returning its rows,
+which the stage writes in block order.
 
     realm refresh-index --dask local:4               # a LocalCluster of 4 worker processes
-    realm refresh-index --dask tcp://scheduler:8786  # an existing Dask cluster
+    realm mine-spans --dask tcp://scheduler:8786     # an existing Dask cluster
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from prefect import flow
 from prefect_dask import DaskTaskRunner
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import EmbedConfig
+from realm_core.config import EmbedConfig, SpanConfig
 from realm_core.errors import ConfigError
 from realm_core.retrieval.embed import ShardJob
 from realm_core.retrieval.stage import run_embed_blocks
+from realm_core.spans.mining import SpanShardJob, run_mine_spans
 from tasks.reporting import run_stage
 from tasks.retrieval import embed_shard_task
+from tasks.spans import mine_spans_shard
 
 
 def dask_runner(address: str) -> DaskTaskRunner:
@@ -53,3 +57,15 @@ def embed_blocks_dask(blocks: ArtifactRef, embed: EmbedConfig, root: str, force:
 
     return run_stage("embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, embed, p, force=force,
                                                           map_shards=map_shards))
+
+
+@flow(name="mine-spans-dask", log_prints=True)
+def mine_spans_dask(blocks: ArtifactRef, spans: SpanConfig, root: str, force: bool = False) -> dict[str, Any]:
+    """mine-salient-spans with shards of blocks as tasks on the flow's task runner."""
+
+    def map_shards(jobs: list[SpanShardJob]) -> list[dict[str, Any]]:
+        futures = mine_spans_shard.map(jobs)
+        return [f.result() for f in futures]
+
+    return run_stage("spans", lambda p: run_mine_spans(ArtifactStore(root), blocks, spans, p, force=force,
+                                                        map_shards=map_shards))

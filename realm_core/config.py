@@ -83,7 +83,7 @@ class ChunkConfig(StageConfig):
 class SpanConfig(StageConfig):
     """Salient span mining (REALM §3.4): spaCy NER entities plus regex dates."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"n_process", "batch_size"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"n_process", "batch_size", "shard_size"})
 
     spacy_model: str = Field("en_core_web_sm", description="only its 'ner' pipe is enabled")
     entity_labels: tuple[str, ...] = Field(
@@ -91,6 +91,7 @@ class SpanConfig(StageConfig):
          "LANGUAGE"), description="spaCy labels kept as named entities; dates come from regexes")
     n_process: int = Field(2, ge=1, description="spaCy worker processes")
     batch_size: int = Field(64, ge=1, description="texts per spaCy batch")
+    shard_size: int = Field(20_000, ge=1, description="blocks per job when fanned out over Dask workers")
 
 
 class MaskingConfig(StageConfig):

@@ -8,7 +8,7 @@ from prefect import task
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import SpanConfig
-from realm_core.spans.mining import run_mine_spans
+from realm_core.spans.mining import SpanShardJob, mine_shard, run_mine_spans
 from tasks.reporting import run_stage
 
 
@@ -17,3 +17,9 @@ def mine_salient_spans(blocks: ArtifactRef, config: SpanConfig, root: str,
                        force: bool = False) -> dict[str, Any]:
     return run_stage("spans", lambda p: run_mine_spans(ArtifactStore(root), blocks, config, p,
                                                         force=force))
+
+
+@task(name="mine-spans-shard", retries=2, retry_delay_seconds=5)
+def mine_spans_shard(job: SpanShardJob) -> dict[str, Any]:
+    """One shard of blocks mined on whichever worker the flow's task runner picks."""
+    return mine_shard(job)

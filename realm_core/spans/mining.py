@@ -9,7 +9,9 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
@@ -111,11 +113,11 @@ def block_rows(block_id: int, text: str, entities: list[tuple[int, int, str]],
     return sent_rows, span_rows
 
 
-def iter_block_texts(blocks: Any, stats: Counter[str], ids: deque[int]) -> Iterator[str]:
+def iter_block_texts(batches: Iterable[Any], stats: Counter[str], ids: deque[int]) -> Iterator[str]:
     """Text of every non-empty block, its id appended to `ids` (nlp.pipe keeps order); empty or
     whitespace-only blocks are counted. Plain strings, not as_tuples: spaCy would make the Docs
     in this process and ship them to its workers, costing ~10% of the stage."""
-    for batch in blocks.iter_batches("blocks", columns=["block_id", "text"]):
+    for batch in batches:
         for block_id, text in zip(batch.column("block_id").to_pylist(),
                                   batch.column("text").to_pylist(), strict=True):
             stats["blocks"] += 1
@@ -126,8 +128,59 @@ def iter_block_texts(blocks: Any, stats: Counter[str], ids: deque[int]) -> Itera
                 stats["empty_blocks"] += 1
 
 
+def mine_docs(docs: Iterable[Any], ids: deque[int], backend: Any, labels: frozenset[str],
+               stats: Counter[str]) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """(sentence rows, span rows) of each spaCy Doc, in block order."""
+    for doc in docs:
+        block_id = ids.popleft()
+        ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
+        offsets = backend.encode(doc.text, add_special_tokens=False).offsets
+        yield block_rows(block_id, doc.text, ents, offsets, labels, stats)
+
+
+@dataclass(frozen=True)
+class SpanShardJob:
+    """Blocks [first_block_id, first_block_id + rows) to mine in whatever process runs
+    `mine_shard` (a Dask worker); picklable."""
+
+    store_url: str
+    blocks_path: str
+    first_block_id: int
+    rows: int
+    config: SpanConfig
+    encoder: str
+
+
+@lru_cache(maxsize=2)
+def _worker_ner(model: str) -> Any:
+    return load_ner(model)  # once per worker process
+
+
+def mine_shard(job: SpanShardJob) -> dict[str, Any]:
+    """The sentence and salient-span rows of one shard of blocks, and its counts."""
+    blocks = ArtifactStore(job.store_url).open(job.blocks_path, kind="blocks")
+    table = blocks.read_rows("blocks", job.first_block_id, job.first_block_id + job.rows, ["block_id", "text"])
+    stats: Counter[str] = Counter()
+    ids: deque[int] = deque()
+    docs = _worker_ner(job.config.spacy_model).pipe(iter_block_texts(table.to_batches(), stats, ids),
+                                                    batch_size=job.config.batch_size)
+    sentences: list[dict[str, Any]] = []
+    spans: list[dict[str, Any]] = []
+    for s_rows, p_rows in mine_docs(docs, ids, load_wordpieces(job.encoder), frozenset(job.config.entity_labels),
+                                    stats):
+        sentences += s_rows
+        spans += p_rows
+    return {"sentences": sentences, "salient_spans": spans, "stats": dict(stats)}
+
+
+SpanShardMap = Callable[[list[SpanShardJob]], list[dict[str, Any]]]
+
+
 def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,
-                   progress: Progress | None = None, force: bool = False) -> StageResult:
+                   progress: Progress | None = None, force: bool = False,
+                   map_shards: SpanShardMap | None = None) -> StageResult:
+    """Mine every block (cached). `map_shards` runs shards of `config.shard_size` blocks
+    elsewhere (Dask workers); the tables hold the same rows in the same order."""
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash,
               "code": code_version(("realm_core.spans.mining", "realm_core.spans.dates",
@@ -140,7 +193,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     if encoder is None:
         raise ArtifactError(f"{blocks.path}: manifest does not name the tokenizer of its blocks")
     backend = load_wordpieces(encoder)
-    nlp = load_ner(config.spacy_model)
+    nlp = load_ner(config.spacy_model) if map_shards is None else None
     labels = frozenset(config.entity_labels)
     stats: Counter[str] = Counter()
     # counted in sentences, the unit NER throughput is quoted in (total unknown up front)
@@ -151,15 +204,23 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
         spans_out = out.table("salient_spans")
         sent_rows: list[dict[str, Any]] = []
         span_rows: list[dict[str, Any]] = []
-        # One nlp.pipe over the whole stream: its worker processes start once.
-        ids: deque[int] = deque()
-        docs = nlp.pipe(iter_block_texts(blocks, stats, ids), batch_size=config.batch_size,
-                        n_process=config.n_process)
-        for doc in docs:
-            block_id = ids.popleft()
-            ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
-            offsets = backend.encode(doc.text, add_special_tokens=False).offsets
-            s_rows, p_rows = block_rows(block_id, doc.text, ents, offsets, labels, stats)
+        if map_shards is not None:
+            n = blocks.rows("blocks")
+            jobs = [SpanShardJob(store.url, blocks.path, first, min(config.shard_size, n - first), config, encoder)
+                    for first in range(0, n, config.shard_size)]
+            mined = map_shards(jobs)
+            shards: Iterable[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = [
+                (m["sentences"], m["salient_spans"]) for m in mined]
+            for m in mined:
+                stats.update(m["stats"])
+        else:
+            # One nlp.pipe over the whole stream: its worker processes start once.
+            ids: deque[int] = deque()
+            assert nlp is not None
+            docs = nlp.pipe(iter_block_texts(blocks.iter_batches("blocks", columns=["block_id", "text"]), stats, ids),
+                            batch_size=config.batch_size, n_process=config.n_process)
+            shards = mine_docs(docs, ids, backend, labels, stats)
+        for s_rows, p_rows in shards:
             sent_rows += s_rows
             span_rows += p_rows
             if len(sent_rows) >= 20_000:

@@ -1,4 +1,5 @@
-"""Dask fan-out of the block embedding: a 2-worker LocalCluster writes the one-process artifact."""
+"""Dask fan-out of block embedding and span mining: a 2-worker LocalCluster writes the
+one-process artifact."""
 
 import asyncio
 from pathlib import Path
@@ -47,6 +48,29 @@ def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: 
     assert local_art.manifest["embeddings"]["shards"] == shards
     local_vectors = load_embeddings(Path(local_art.path) / "embeddings", local_art.manifest["embeddings"], 612)
     np.testing.assert_allclose(dask_vectors, local_vectors, atol=1e-5)
+
+
+def test_dask_workers_mine_the_rows_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
+    from flows.fanout import dask_runner, mine_spans_dask
+    from flows.ingest_corpus import chunk_blocks
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.config import load_config
+    from realm_core.spans.mining import run_mine_spans
+
+    root = str(tmp_path / "art")
+    blocks = chunk_blocks(preset="tiny", root=root)["ref"]
+    spans = load_config("tiny").spans.model_copy(update={"shard_size": 250})  # 612 blocks: 3 shards
+    fanned = mine_spans_dask.with_options(task_runner=dask_runner("local:2"))(blocks, spans, root)
+    store = ArtifactStore(root)
+    dask_art = store.open(fanned["ref"], kind="salient_spans")
+    dask_tables = {t: dask_art.read_table(t).to_pylist() for t in ("sentences", "salient_spans")}
+    local = run_mine_spans(store, blocks, spans, force=True)  # the same cache key: replaced in place
+    assert local.ref.path == fanned["ref"].path
+    local_art = store.open(local.ref, kind="salient_spans")
+    for table, rows in dask_tables.items():
+        assert rows == local_art.read_table(table).to_pylist()
+    assert len(dask_tables["salient_spans"]) > 1000 and dask_tables["sentences"][-1]["block_id"] == 611
+    assert dask_art.manifest["stats"] == local_art.manifest["stats"]
 
 
 def test_dask_addresses_are_checked() -> None:
