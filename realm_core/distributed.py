@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 import torch
 
-from realm_core.errors import ConfigError
+from realm_core.artifacts import ArtifactStore, StageResult
+from realm_core.errors import ConfigError, RealmError
 
 Precision = Literal["fp32", "bf16"]
 
@@ -89,12 +90,16 @@ class Placement:
         if self.distributed:
             torch.distributed.barrier()
 
+    @property
+    def comm_device(self) -> torch.device:
+        """Where collectives run: the GPU with nccl, the CPU with gloo."""
+        return self.device if self.device.type == "cuda" else torch.device("cpu")
+
     def sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum of `values` over the ranks (float64, on the CPU for gloo's sake)."""
+        """Element-wise sum of `values` over the ranks (float64)."""
         if not self.distributed:
             return values
-        t = torch.tensor(values, dtype=torch.float64,
-                         device=self.device if self.device.type == "cuda" else "cpu")
+        t = torch.tensor(values, dtype=torch.float64, device=self.comm_device)
         torch.distributed.all_reduce(t)
         return [float(v) for v in t.cpu()]
 
@@ -102,8 +107,7 @@ class Placement:
         """Rank 0's `value` on every rank."""
         if not self.distributed:
             return value
-        t = torch.tensor([value], dtype=torch.int64,
-                         device=self.device if self.device.type == "cuda" else "cpu")
+        t = torch.tensor([value], dtype=torch.int64, device=self.comm_device)
         torch.distributed.broadcast(t, src=0)
         return int(t.item())
 
@@ -113,7 +117,7 @@ class Placement:
         keeps None (so AdamW still skips it, as in one process)."""
         if not self.distributed or not parameters:
             return
-        device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        device = self.comm_device
         has = torch.tensor([p.grad is not None for p in parameters], dtype=torch.int32, device=device)
         torch.distributed.all_reduce(has)
         live = [p for p, n in zip(parameters, has.tolist(), strict=True) if n > 0]
@@ -161,6 +165,15 @@ def rank_zero_first(placement: Placement) -> Iterator[None]:
     yield
     if placement.is_main:
         placement.barrier()
+
+
+def rank_zero_artifact(placement: Placement, store: ArtifactStore, kind: str, key: str) -> StageResult:
+    """On a rank other than 0: wait for rank 0 to publish the stage's artifact, and return it."""
+    placement.barrier()
+    published = store.lookup(kind, key)
+    if published is None:
+        raise RealmError(f"rank {placement.rank}: rank 0 did not publish {kind}/{key}")
+    return StageResult(published.ref, False, published.manifest["stats"], published.manifest.get("report", ""))
 
 
 def unwrap(module: torch.nn.Module) -> torch.nn.Module:

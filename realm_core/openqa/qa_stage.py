@@ -27,7 +27,7 @@ import numpy as np
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import BUNDLED_ENCODER, EmbedConfig, FinetuneConfig, OpenQAEvalConfig
 from realm_core.curves import curve_markdown, plot_curves
-from realm_core.errors import ConfigError, InputError, RealmError
+from realm_core.errors import ConfigError, InputError
 from realm_core.openqa.answers import exact_match
 from realm_core.openqa.finetune import (
     BlockStore,
@@ -136,7 +136,7 @@ def _retriever(store: ArtifactStore, blocks_ref: ArtifactRef, system: QASystem, 
 def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
                  system: QASystem, config: FinetuneConfig, progress: Progress | None = None,
                  force: bool = False) -> StageResult:
-    from realm_core.distributed import Placement
+    from realm_core.distributed import Placement, rank_zero_artifact
     from realm_core.encoders import load_tokenizer
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
@@ -162,12 +162,8 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     models = QAModels(reader, query_encoder)
     checkpoints = Path(store.root) / "checkpoints" / f"finetune-{key}"
     curves = finetune(models, retriever, questions, blocks, tokenizer, config, checkpoints, progress, placement)
-    if not placement.is_main:  # rank 0 publishes; the others return its artifact
-        placement.barrier()
-        published = store.lookup(MODEL_KIND, key)
-        if published is None:
-            raise RealmError(f"rank {placement.rank}: rank 0 did not publish {MODEL_KIND}/{key}")
-        return StageResult(published.ref, False, published.manifest["stats"], published.manifest["report"])
+    if not placement.is_main:
+        return rank_zero_artifact(placement, store, MODEL_KIND, key)
     trained = [r for r in curves.steps if r["loss"] == r["loss"]]  # NaN: nothing to learn that step
     tail = trained[-min(20, len(trained)):]
     stats = {"system": system.name, "dataset": f"{config.dataset}/{config.split}",

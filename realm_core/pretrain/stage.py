@@ -24,7 +24,7 @@ from typing import Any
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
-from realm_core.distributed import Placement
+from realm_core.distributed import Placement, rank_zero_artifact
 from realm_core.encoders import load_tokenizer
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
@@ -175,12 +175,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         if refresher is not None:
             refresher.close()
     wall = time.perf_counter() - t0
-    if not placement.is_main:  # rank 0 publishes; the others return its artifact
-        placement.barrier()
-        published = store.lookup(KIND, key)
-        if published is None:
-            raise RealmError(f"rank {placement.rank}: rank 0 did not publish {KIND}/{key}")
-        return StageResult(published.ref, False, published.manifest["stats"], published.manifest["report"])
+    if not placement.is_main:
+        return rank_zero_artifact(placement, store, KIND, key)
     final_eval = curves.evals[-1]
     tail = curves.steps[-min(20, len(curves.steps)):]
     stats = {
