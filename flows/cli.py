@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.progress_bar import RichProgress, console
 from realm_core.errors import RealmError
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ app = typer.Typer(
 data_app = typer.Typer(help="The data sources registry (data/sources.yaml): list and fetch.",
                        no_args_is_help=True)
 app.add_typer(data_app, name="data")
-console = Console(stderr=True)
 out = Console()
 
 Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (laptop), paper")]
@@ -43,43 +43,6 @@ Overrides = Annotated[list[str] | None, typer.Option(
     "--set", "-s", help="override one field, e.g. --set chunk.max_wordpieces=128 (repeatable)")]
 Root = Annotated[str | None, typer.Option(help="artifact root (path or fsspec URL)")]
 Force = Annotated[bool, typer.Option("--force", help="recompute even if a cached artifact exists")]
-
-
-class RichProgress:
-    """realm_core.progress.Progress shown as a rich bar with a rate column, one bar per step."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-        self._task: Any = None
-        self._unit = ""
-
-    def start(self, description: str, total: int | None, unit: str) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self._unit = unit
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                             console=console)
-        self._bar.start()
-        self._task = self._bar.add_task(description, total=total, rate="")
-
-    def advance(self, n: int = 1) -> None:
-        task = self._bar.tasks[0]
-        elapsed = task.elapsed or 1e-9
-        self._bar.update(self._task, advance=n,
-                         rate=f"{(task.completed + n) / elapsed:,.1f} {self._unit}/s")
-
-    def finish(self) -> None:
-        task = self._bar.tasks[0]
-        if task.total is None:
-            self._bar.update(self._task, total=task.completed)
-        self._bar.stop()
 
 
 @contextmanager
@@ -111,7 +74,8 @@ def _report(title: str, ref: Any, cached: bool, stats: dict[str, Any]) -> None:
 
 
 Dask = Annotated[str | None, typer.Option(
-    help="run the shards on Dask workers through Prefect's Dask task runner: local:N (a "
+    help="run the stage's units (source files, shards of blocks) on Dask workers through "
+         "Prefect's Dask task runner: local:N (a "
          "LocalCluster of N processes) or a scheduler address tcp://host:8786; the workers must "
          "share the artifact root")]
 Nproc = Annotated[int, typer.Option(
@@ -137,14 +101,15 @@ def relaunch_under_torchrun(nproc: int) -> None:
 
 @app.command()
 def ingest(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-           root: Root = None, force: Force = False,
+           root: Root = None, force: Force = False, dask: Dask = None,
            workers: Annotated[int | None, typer.Option(help="processes cleaning wikitext")] = None,
            source: Annotated[list[str] | None, typer.Option(
                help="KIND:PATH replacing the preset's sources (repeatable); KIND is one of "
                     "wikipedia, squad, dpr_json, dpr_tsv, jsonl")] = None) -> None:
     """Corpora -> [bold]documents[/]: stream Wikipedia dumps (.xml/.xml.bz2), SQuAD JSON, DPR passages or JSONL; keep namespace-0 articles, count redirects and disambiguation pages.
 
-    Example: realm ingest --source wikipedia:enwiki-latest-pages-articles.xml.bz2 --workers 8"""
+    Examples: realm ingest --source wikipedia:enwiki-latest-pages-articles.xml.bz2 --workers 8
+              realm ingest --source wikipedia:pages-articles1.xml.bz2 --source wikipedia:pages-articles2.xml.bz2 --dask local:2"""
     from realm_core.ingest.stage import run_ingest
 
     with _errors():
@@ -160,6 +125,12 @@ def ingest(preset: Preset = "demo", config: ConfigFile = None, overrides: Overri
                 specs.append({"kind": kind, "path": str(Path(path).resolve())})
             sets.append(f"ingest.sources={json.dumps(specs)}")
         cfg, store = _setup(preset, config, sets, root)
+        if dask:
+            from flows.fanout import dask_runner, ingest_corpus_dask
+
+            fanned = ingest_corpus_dask.with_options(task_runner=dask_runner(dask))(cfg.ingest, store.url, force)
+            _report("documents", fanned["ref"], fanned["cached"], fanned["stats"])
+            return
         result = run_ingest(store, cfg.ingest, RichProgress(), force=force)
         _report("documents", result.ref, result.cached, result.stats)
 

@@ -13,7 +13,6 @@ from flows.cli import (
     Nproc,
     Overrides,
     Preset,
-    RichProgress,
     Root,
     _errors,
     _pretrain_retriever,
@@ -24,6 +23,7 @@ from flows.cli import (
     out,
     relaunch_under_torchrun,
 )
+from flows.progress_bar import RichProgress
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig
 

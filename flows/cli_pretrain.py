@@ -12,7 +12,6 @@ from flows.cli import (
     Nproc,
     Overrides,
     Preset,
-    RichProgress,
     Root,
     _blocks,
     _errors,
@@ -23,6 +22,7 @@ from flows.cli import (
     out,
     relaunch_under_torchrun,
 )
+from flows.progress_bar import RichProgress
 
 
 @app.command()

@@ -1,31 +1,41 @@
 """Corpus stages fanned out over a Dask cluster through Prefect's Dask task runner.
 
+`ingest-corpus-dask` is the ingest stage with one `ingest-source` task per source file (a
+Wikipedia dump comes in dozens of part files): each worker streams its file and writes its
+documents to the stage's scratch directory, and the stage appends them in source order as each
+is done, dropping doc ids an earlier source had, so the artifact is the one-process one.
+
 `embed-blocks-dask` is the embed-blocks stage with one `embed-shard` task per shard of block
 ids: the flow's task runner (a `DaskTaskRunner`) sends them to Dask workers, each of which loads
 the document encoder once and writes its shard file into the stage's scratch directory; the stage
 then publishes the same artifact (same cache key, same files) as a one-process run. The workers
 must see the artifact root and the scratch directory under it: one machine, or a shared
 filesystem. `mine-spans-dask` does the same for salient span mining: one `mine-spans-shard`
-task per `spans.shard_size` blocks, each running spaCy on its worker and returning its rows,
-which the stage writes in block order.
+task per `spans.shard_size` blocks, each running spaCy on its worker and writing its rows to the
+scratch directory; the stage appends each shard to its tables in block order as soon as that
+shard is done, so it holds one shard at a time.
 
+    realm ingest --dask local:8                      # eight dump files at a time
     realm refresh-index --dask local:4               # a LocalCluster of 4 worker processes
     realm mine-spans --dask tcp://scheduler:8786     # an existing Dask cluster
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from prefect import flow
 from prefect_dask import DaskTaskRunner
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import EmbedConfig, SpanConfig
+from realm_core.config import EmbedConfig, IngestConfig, SpanConfig
 from realm_core.errors import ConfigError
+from realm_core.ingest.stage import SourceJob, run_ingest
 from realm_core.retrieval.embed import ShardJob
 from realm_core.retrieval.stage import run_embed_blocks
 from realm_core.spans.mining import SpanShardJob, run_mine_spans
+from tasks.corpus import ingest_source_task
 from tasks.reporting import run_stage
 from tasks.retrieval import embed_shard_task
 from tasks.spans import mine_spans_shard
@@ -46,6 +56,18 @@ def dask_runner(address: str) -> DaskTaskRunner:
     return DaskTaskRunner(address=address)
 
 
+@flow(name="ingest-corpus-dask", log_prints=True)
+def ingest_corpus_dask(ingest: IngestConfig, root: str, force: bool = False) -> dict[str, Any]:
+    """ingest-corpus with the source files as tasks on the flow's task runner."""
+
+    def map_sources(jobs: list[SourceJob]) -> Iterator[dict[str, Any]]:
+        for future in ingest_source_task.map(jobs):  # in order; the stage appends each when done
+            yield future.result()
+
+    return run_stage("ingest", lambda p: run_ingest(ArtifactStore(root), ingest, p, force=force,
+                                                     map_sources=map_sources))
+
+
 @flow(name="embed-blocks-dask", log_prints=True)
 def embed_blocks_dask(blocks: ArtifactRef, embed: EmbedConfig, root: str, force: bool = False) -> dict[str, Any]:
     """embed-blocks with the shards as tasks on the flow's task runner (run it with
@@ -63,9 +85,9 @@ def embed_blocks_dask(blocks: ArtifactRef, embed: EmbedConfig, root: str, force:
 def mine_spans_dask(blocks: ArtifactRef, spans: SpanConfig, root: str, force: bool = False) -> dict[str, Any]:
     """mine-salient-spans with shards of blocks as tasks on the flow's task runner."""
 
-    def map_shards(jobs: list[SpanShardJob]) -> list[dict[str, Any]]:
-        futures = mine_spans_shard.map(jobs)
-        return [f.result() for f in futures]
+    def map_shards(jobs: list[SpanShardJob]) -> Iterator[dict[str, Any]]:
+        for future in mine_spans_shard.map(jobs):  # in order; the stage writes each when it is done
+            yield future.result()  # a failed shard raises here and fails the flow
 
     return run_stage("spans", lambda p: run_mine_spans(ArtifactStore(root), blocks, spans, p, force=force,
                                                         map_shards=map_shards))

@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows.fanout import dask_runner, ingest_corpus_dask
 from flows.settings import resolve
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import ChunkConfig, IngestConfig
@@ -15,9 +16,12 @@ from tasks.corpus import ingest_documents
 
 @flow(name="ingest-corpus", log_prints=True)
 def ingest_corpus(config: IngestConfig | None = None, preset: str = "demo",
-                  root: str | None = None, force: bool = False) -> dict[str, Any]:
-    """Corpora (Wikipedia dumps, SQuAD, DPR, JSONL) -> documents artifact."""
+                  root: str | None = None, force: bool = False, dask: str | None = None) -> dict[str, Any]:
+    """Corpora (Wikipedia dumps, SQuAD, DPR, JSONL) -> documents artifact. `dask` (local:N or a
+    scheduler address) ingests the source files on Dask workers, one task per file."""
     cfg, root = resolve(preset, None, None, root)
+    if dask:
+        return ingest_corpus_dask.with_options(task_runner=dask_runner(dask))(config or cfg.ingest, root, force)
     return ingest_documents(config or cfg.ingest, root, force)
 
 

@@ -31,20 +31,23 @@ def summary_markdown(preset: str, stages: dict[str, dict[str, Any]]) -> str:
 
 @flow(name="realm", log_prints=True)
 def full_pipeline(preset: str = "demo", config_file: str | None = None,
-                  overrides: list[str] | None = None, root: str | None = None) -> dict[str, Any]:
+                  overrides: list[str] | None = None, root: str | None = None,
+                  dask: str | None = None) -> dict[str, Any]:
     """Run every stage on one config. Each stage is cached on its inputs' content hashes plus
-    its config, so a rerun recomputes only what changed downstream."""
+    its config, so a rerun recomputes only what changed downstream. `dask` (local:N or a
+    scheduler address) fans ingestion, span mining and block embedding out over Dask workers;
+    the artifacts are the ones one process makes."""
     cfg, root = resolve(preset, config_file, overrides, root)
     print(f"config: {cfg.model_dump_json()}")
     stages: dict[str, dict[str, Any]] = {}
-    stages["ingest"] = ingest_corpus(config=cfg.ingest, root=root)
+    stages["ingest"] = ingest_corpus(config=cfg.ingest, root=root, dask=dask)
     stages["chunk"] = chunk_blocks(documents=stages["ingest"]["ref"], config=cfg.chunk, root=root)
-    stages["spans"] = mine_salient_spans(blocks=stages["chunk"]["ref"], config=cfg.spans, root=root)
+    stages["spans"] = mine_salient_spans(blocks=stages["chunk"]["ref"], config=cfg.spans, root=root, dask=dask)
     stages["warm_start"] = warm_start_ict(blocks=stages["chunk"]["ref"], spans=stages["spans"]["ref"],
                                           config=cfg.ict, root=root)
     # REALM §3.4: the first index is built with the warm-started document encoder
     embed = cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(stages["warm_start"]["ref"])})
-    refreshed = refresh_index(blocks=stages["chunk"]["ref"], embed=embed, index=cfg.index, root=root)
+    refreshed = refresh_index(blocks=stages["chunk"]["ref"], embed=embed, index=cfg.index, root=root, dask=dask)
     stages["embed"], stages["index"] = refreshed["embed"], refreshed["index"]
     stages["retrieval_eval"] = evaluate_retrieval(
         blocks=stages["chunk"]["ref"], retriever=stages["warm_start"]["ref"], embed=cfg.embed,

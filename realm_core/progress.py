@@ -24,6 +24,19 @@ class NoProgress:
         pass
 
 
+def rate_text(done: int, elapsed: float, unit: str, total: int | None = None) -> str:
+    """"12.3 blocks/s", or "one per 28.6 s" for slow units such as training steps, and the time
+    left when the total is known."""
+    if done == 0:
+        return f"{elapsed:.0f} s, none done yet"
+    rate = done / elapsed
+    text = f"{rate:.1f} {unit}/s" if rate >= 1 else f"one per {1 / rate:.1f} s"
+    if total:
+        left = max(total - done, 0) / rate
+        text += f", about {left / 60:.0f} min left" if left >= 120 else f", about {left:.0f} s left"
+    return text
+
+
 class LogProgress:
     """Logs count and rate at most every `every` seconds (a Prefect run log stays readable)."""
 
@@ -45,8 +58,8 @@ class LogProgress:
     def _log(self) -> None:
         elapsed = max(time.monotonic() - self.t0, 1e-9)
         of = f"/{self.total}" if self.total else ""
-        self.logger.info("%s: %d%s %s (%.1f %s/s)", self.description, self.done, of, self.unit,
-                         self.done / elapsed, self.unit)
+        self.logger.info("%s: %d%s %s (%s)", self.description, self.done, of, self.unit,
+                         rate_text(self.done, elapsed, self.unit, self.total))
 
     def advance(self, n: int = 1) -> None:
         self.done += n

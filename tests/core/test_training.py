@@ -92,3 +92,13 @@ def test_an_altered_checkpoint_is_refused(tmp_path: Path) -> None:
     (path / "m.safetensors").write_bytes(b"garbage")
     with pytest.raises(ArtifactError, match=r"m.safetensors: checkpoint file missing or altered"):
         latest_checkpoint(tmp_path)
+
+
+def test_progress_rate_reads_for_fast_and_slow_units() -> None:
+    from realm_core.progress import rate_text
+
+    assert rate_text(615, 50.0, "blocks") == "12.3 blocks/s"
+    # 23 of 150 ICT steps in 11 minutes: the rate is 0.03 steps/s, which "%.1f" printed as 0.0
+    assert rate_text(23, 660.0, "steps", 150) == "one per 28.7 s, about 61 min left"
+    assert rate_text(140, 70.0, "steps", 150) == "2.0 steps/s, about 5 s left"
+    assert rate_text(0, 3.0, "steps", 150) == "3 s, none done yet"

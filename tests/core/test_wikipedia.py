@@ -118,3 +118,39 @@ def test_parallel_ingest_matches_serial(tmp_path: Path) -> None:
         assert r.stats[f"source0:{f.name}"] == {"pages": 59, "article": 59, "kept": 59}
     assert tables[0] == tables[1]
     assert tables[0][2]["text"] == "Page 3 text about things."
+
+
+def test_ingest_fanned_out_by_source_file_writes_the_one_process_documents(tmp_path: Path) -> None:
+    from collections.abc import Iterator
+
+    from realm_core.ingest.stage import SourceJob, ingest_source
+
+    parts = []
+    for n, pages in enumerate((PAGES, [page(6, "Epsilon", "Epsilon again, in a later part."),
+                                       page(7, "Zeta", "Zeta is a letter.")])):
+        part = tmp_path / f"enwiki-pages-articles{n + 1}.xml.bz2"
+        part.write_bytes(bz2.compress(dump(pages).encode()))
+        parts.append({"kind": "wikipedia", "path": str(part), "name": "enwiki"})
+    jsonl = tmp_path / "extra.jsonl"
+    jsonl.write_text('{"id": 1, "title": "A", "text": "a"}\n{"id": 1, "title": "A", "text": "again"}\n')
+    cfg = IngestConfig(sources=(*parts, {"kind": "jsonl", "path": str(jsonl)}), workers=1)
+    one = run_ingest(ArtifactStore(tmp_path / "one"), cfg)
+    left: list[list[str]] = []
+
+    def map_sources(jobs: list[SourceJob]) -> Iterator[dict[str, object]]:
+        for job in jobs:  # as Dask workers would; each earlier file must be appended and gone
+            left.append(sorted(p.name for p in job.file.parent.glob("*.parquet")) if job.file.parent.exists() else [])
+            yield ingest_source(job)
+
+    fanned = run_ingest(ArtifactStore(tmp_path / "fan"), cfg, map_sources=map_sources)
+    assert left == [[], [], []]
+    assert fanned.stats == one.stats
+    # page 6 of the second part repeats the first part's; line 2 of the JSONL repeats line 1
+    assert fanned.stats[f"source1:{parts[1]['path'].rsplit('/', 1)[1]}"] == {
+        "pages": 2, "article": 2, "kept": 1, "duplicate_doc_id": 1}
+    assert fanned.stats["source2:extra.jsonl"]["duplicate_doc_id"] == 1
+    rows = [ArtifactStore(tmp_path / d).open(r.ref).read_table("documents").to_pylist()
+            for d, r in (("one", one), ("fan", fanned))]
+    assert rows[0] == rows[1]
+    assert [r["doc_id"] for r in rows[1]] == ["enwiki:1", "enwiki:6", "enwiki:7", "jsonl:1"]
+    assert fanned.ref.content_hash == one.ref.content_hash

@@ -1,5 +1,5 @@
-"""Dask fan-out of block embedding and span mining: a 2-worker LocalCluster writes the
-one-process artifact."""
+"""Dask fan-out of ingestion, block embedding and span mining: a 2-worker LocalCluster writes
+the one-process artifact."""
 
 import asyncio
 from pathlib import Path
@@ -12,6 +12,34 @@ from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 from realm_core.errors import ConfigError
 
 pytestmark = pytest.mark.slow
+
+
+async def _completed_task_runs(name: str) -> int:
+    async with get_client() as client:
+        runs = await client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_=name)))
+        return sum(1 for r in runs if r.state is not None and r.state.is_completed())
+
+
+def test_dask_workers_ingest_the_source_files_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
+    from flows.fanout import dask_runner, ingest_corpus_dask
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.config import load_config
+    from realm_core.ingest.stage import run_ingest
+
+    root = str(tmp_path / "art")
+    ingest = load_config("tiny").ingest  # 4 sources: two Wikipedia dumps, SQuAD, DPR
+    before = asyncio.run(_completed_task_runs("ingest-source"))
+    fanned = ingest_corpus_dask.with_options(task_runner=dask_runner("local:2"))(ingest, root)
+    assert asyncio.run(_completed_task_runs("ingest-source")) - before == len(ingest.sources) == 4
+    store = ArtifactStore(root)
+    dask_art = store.open(fanned["ref"], kind="documents")
+    local = run_ingest(store, ingest, force=True)  # this process, the same cache key: replaced in place
+    assert local.ref.path == fanned["ref"].path
+    local_art = store.open(local.ref, kind="documents")
+    assert local_art.manifest["stats"] == dask_art.manifest["stats"]
+    assert local.ref.content_hash == fanned["ref"].content_hash  # the very same Parquet files
+    assert local_art.rows("documents") == 70
+    assert not any(".parquet" in f and "source-" in f for f in dask_art.manifest["files"])
 
 
 def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
