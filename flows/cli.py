@@ -77,7 +77,7 @@ Dask = Annotated[str | None, typer.Option(
     help="run the stage's units (source files, shards of blocks) on Dask workers through "
          "Prefect's Dask task runner: local:N (a "
          "LocalCluster of N processes) or a scheduler address tcp://host:8786; the workers must "
-         "share the artifact root")]
+         "share the artifact root (and, to ingest, see the source files)")]
 Nproc = Annotated[int, typer.Option(
     min=1, help="data-parallel processes on this machine (relaunches under torchrun: gloo on CPU, "
                 "nccl on GPUs); for several machines run torchrun yourself")]
