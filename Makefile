@@ -57,12 +57,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/pretrain_step.py
 	$(BIN)/python bench/pretrain.py
 	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/projection.py
 	$(BIN)/python bench/readme_tables.py
 
 # README's scaling table and plot: ingest, chunk, spans, embed + index on the corpus replicated
 # 1x-16x, time and peak memory per stage (about 10 minutes on 2 cores).
 scaling-table: $(STAMP)
 	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/projection.py
 	$(BIN)/python bench/readme_tables.py
 
 # README's pretraining table and plot: REALM vs the null-only baseline, same budget (demo preset).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -201,16 +202,49 @@ def scaling_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def projection_table(result: dict) -> str:
+    gpus = list(result["total"]["hours"])
+    a = result["assumption"]
+    lines = ["| stage (paper preset, BERT-base) | PFLOP | " + " | ".join(f"hours on {g} GPU{'s' if g != '1' else ''}"
+                                                                        for g in gpus) + " |",
+             "|---|---:|" + "---:|" * len(gpus)]
+    for name, st in [*result["stages"].items(), ("**total**", result["total"])]:
+        lines.append(f"| {name} | {st['pflop']:,.0f} | " + " | ".join(f"{st['hours'][g]:,.1f}" for g in gpus) + " |")
+    sh = result["shapes"]
+    lines += ["", f"Calculated, not measured: {result['blocks']:,} blocks of {result['block_wordpieces']} wordpieces; "
+              f"a REALM step is {sh['batch']} examples x k={sh['top_k']} reader sequences of {sh['reader']} plus "
+              f"{sh['top_k'] - 1} blocks of {sh['doc']} re-embedded with gradient and a query of {sh['query']}, "
+              f"training = 3 forward passes; **assumed** {a['sustained_tflops']:,.0f} TFLOP/s sustained per GPU "
+              f"({100 * a['utilization']:.0f}% of a {a['peak_tflops']:,.0f} TFLOP/s bf16 peak), perfect scaling "
+              f"over GPUs, no time for data loading, search or checkpoints."]
+    if "calibration" in result:
+        c = result["calibration"]
+        lines[-1] += (f" The same count applied to {c['what']} ({c['gflop']:,.0f} GFLOP in {c['seconds']:.1f} s) "
+                      f"gives {c['sustained_gflops']:,.0f} GFLOP/s sustained by this CPU.")
+    if "measured_on_gpu" in result:
+        m = result["measured_on_gpu"]
+        lines[-1] += (f" Measured on {m['device']} by bench/gpu.py: "
+                      + ", ".join(f"{k} {v:,.1f} GPU-hours" for k, v in m["gpu_hours"].items()) + ".")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
-                                            "warm_start": warm_start_table, "scaling": scaling_table}
+                                            "warm_start": warm_start_table, "scaling": scaling_table,
+                                            "projection": projection_table}
 
 
 def main() -> None:
+    only = set(sys.argv[1:])  # e.g. `readme_tables.py pretrain openqa`: rewrite just those tables
+    unknown = only - set(TABLES)
+    if unknown:
+        raise SystemExit(f"no README table named {sorted(unknown)}; the tables are {sorted(TABLES)}")
     readme = (ROOT / "README.md").read_text()
     for name, render in TABLES.items():
+        if only and name not in only:
+            continue
         path = RESULTS / f"{name}.json"
         if not path.is_file():
             continue
