@@ -4,11 +4,8 @@ passes (the usual count: 2 per multiply-add of the dense layers and attention; b
 twice the forward, so training is 3x), then divided by a sustained GPU rate that is an
 assumption, given on the command line and written down with the result.
 
-The same count applied to a step this machine did run (bench/pretrain_step.py's paper-shapes REALM
-step with MiniLM, when bench/results/pretrain_step.json exists) gives the rate this CPU
-sustained, which shows what the count means on measured work. When bench/gpu.py has run on a GPU
-(bench/results/gpu.json), the GPU-hours its measured blocks/s and examples/s give are written
-beside the calculation.
+When bench/gpu.py has run on a GPU (bench/results/gpu.json), the GPU-hours its measured
+blocks/s and examples/s give are written beside the calculation.
 
     .venv/bin/python bench/projection.py [--tflops 989] [--utilization 0.4] [--gpus 1 8 64]
 """
@@ -49,7 +46,6 @@ class Shape:
 
 
 BERT_BASE = Shape("bert-base-uncased", 12, 768, 3072)
-MINILM = Shape("all-MiniLM-L6-v2", 6, 384, 1536)
 
 
 def realm_step_flops(shape: Shape, batch: int, top_k: int, reader: int, doc: int, query: int) -> float:
@@ -105,15 +101,6 @@ def main() -> None:
             "gpu_hours": {"embed the corpus once": embed_h,
                           "REALM pretraining": p.steps * p.batch_size / examples_per_s / 3600,
                           "index refreshes": refreshes * embed_h}}
-    measured = ROOT / "bench" / "results" / "pretrain_step.json"
-    if measured.is_file():
-        shape = json.loads(measured.read_text()).get("shapes", {}).get("paper")
-        if shape is not None:
-            flops = realm_step_flops(MINILM, shape["batch_size"], shape["top_k"], shape["reader_length"],
-                                     shape["doc_length"], shape["query_length"])
-            seconds = shape["modes"]["recompute"]["step_s"]
-            result["calibration"] = {"what": "bench/pretrain_step.py's paper-shapes REALM step with MiniLM on this CPU",
-                                     "gflop": flops / 1e9, "seconds": seconds, "sustained_gflops": flops / seconds / 1e9}
     for name, s in stages.items():
         print(f"{name}: {s['pflop']:,.0f} PFLOP, {s['gpu_hours']:,.0f} GPU-hours")
     print(f"total: {total / 1e15:,.0f} PFLOP = {total / rate / 3600:,.0f} GPU-hours at an assumed "

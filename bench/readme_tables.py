@@ -217,10 +217,6 @@ def projection_table(result: dict) -> str:
               f"training = 3 forward passes; **assumed** {a['sustained_tflops']:,.0f} TFLOP/s sustained per GPU "
               f"({100 * a['utilization']:.0f}% of a {a['peak_tflops']:,.0f} TFLOP/s bf16 peak), perfect scaling "
               f"over GPUs, no time for data loading, search or checkpoints."]
-    if "calibration" in result:
-        c = result["calibration"]
-        lines[-1] += (f" The same count applied to {c['what']} ({c['gflop']:,.0f} GFLOP in {c['seconds']:.1f} s) "
-                      f"gives {c['sustained_gflops']:,.0f} GFLOP/s sustained by this CPU.")
     if "measured_on_gpu" in result:
         m = result["measured_on_gpu"]
         lines[-1] += (f" Measured on {m['device']} by bench/gpu.py: "

@@ -25,16 +25,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prefect import flow
+from prefect import Task, flow
 from prefect_dask import DaskTaskRunner
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import EmbedConfig, IngestConfig, SpanConfig
 from realm_core.errors import ConfigError
-from realm_core.ingest.stage import SourceJob, run_ingest
-from realm_core.retrieval.embed import ShardJob
+from realm_core.ingest.stage import run_ingest
 from realm_core.retrieval.stage import run_embed_blocks
-from realm_core.spans.mining import SpanShardJob, run_mine_spans
+from realm_core.spans.mining import run_mine_spans
 from tasks.corpus import ingest_source_task
 from tasks.reporting import run_stage
 from tasks.retrieval import embed_shard_task
@@ -56,16 +55,19 @@ def dask_runner(address: str) -> DaskTaskRunner:
     return DaskTaskRunner(address=address)
 
 
+def in_order(task: Task[..., dict[str, Any]], jobs: list[Any]) -> Iterator[dict[str, Any]]:
+    """`task` mapped over the jobs on the flow's task runner; each result in job order, as soon as
+    it is done, so the stage can write it then. A failed job raises here and fails the flow."""
+    for future in task.map(jobs):
+        yield future.result()
+
+
 @flow(name="ingest-corpus-dask", log_prints=True)
 def ingest_corpus_dask(ingest: IngestConfig, root: str, force: bool = False) -> dict[str, Any]:
     """ingest-corpus with the source files as tasks on the flow's task runner."""
 
-    def map_sources(jobs: list[SourceJob]) -> Iterator[dict[str, Any]]:
-        for future in ingest_source_task.map(jobs):  # in order; the stage appends each when done
-            yield future.result()
-
     return run_stage("ingest", lambda p: run_ingest(ArtifactStore(root), ingest, p, force=force,
-                                                     map_sources=map_sources))
+                                                     map_sources=lambda jobs: in_order(ingest_source_task, jobs)))
 
 
 @flow(name="embed-blocks-dask", log_prints=True)
@@ -73,21 +75,13 @@ def embed_blocks_dask(blocks: ArtifactRef, embed: EmbedConfig, root: str, force:
     """embed-blocks with the shards as tasks on the flow's task runner (run it with
     `.with_options(task_runner=dask_runner(...))`)."""
 
-    def map_shards(jobs: list[ShardJob]) -> list[dict[str, Any]]:
-        futures = embed_shard_task.map(jobs)
-        return [f.result() for f in futures]
-
     return run_stage("embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, embed, p, force=force,
-                                                          map_shards=map_shards))
+                                                          map_shards=lambda jobs: list(in_order(embed_shard_task, jobs))))
 
 
 @flow(name="mine-spans-dask", log_prints=True)
 def mine_spans_dask(blocks: ArtifactRef, spans: SpanConfig, root: str, force: bool = False) -> dict[str, Any]:
     """mine-salient-spans with shards of blocks as tasks on the flow's task runner."""
 
-    def map_shards(jobs: list[SpanShardJob]) -> Iterator[dict[str, Any]]:
-        for future in mine_spans_shard.map(jobs):  # in order; the stage writes each when it is done
-            yield future.result()  # a failed shard raises here and fails the flow
-
     return run_stage("spans", lambda p: run_mine_spans(ArtifactStore(root), blocks, spans, p, force=force,
-                                                        map_shards=map_shards))
+                                                        map_shards=lambda jobs: in_order(mine_spans_shard, jobs)))

@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
+from realm_core.progress import rate_text
+
 console = Console(stderr=True)
 
 
@@ -36,8 +38,7 @@ class RichProgress:
     def advance(self, n: int = 1) -> None:
         task = self._bar.tasks[0]
         elapsed = task.elapsed or 1e-9
-        self._bar.update(self._task, advance=n,
-                         rate=f"{(task.completed + n) / elapsed:,.1f} {self._unit}/s")
+        self._bar.update(self._task, advance=n, rate=rate_text(int(task.completed) + n, elapsed, self._unit))
 
     def finish(self) -> None:
         task = self._bar.tasks[0]

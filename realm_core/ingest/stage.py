@@ -34,6 +34,7 @@ from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError
 from realm_core.ingest import corpora
 from realm_core.ingest.wikipedia import RawPage, iter_pages
+from realm_core.jobs import in_job_order
 from realm_core.progress import NoProgress, Progress
 from realm_core.schemas import DOCUMENTS
 
@@ -187,7 +188,7 @@ def ingest_source(job: SourceJob) -> dict[str, Any]:
     with pq.ParquetWriter(job.file, DOCUMENTS.schema, compression="zstd") as writer:
         for batch in _buffered(first_seen(iter_source_documents(job.spec, config, stats, NoProgress()), set(), stats)):
             writer.write_table(pa.Table.from_pylist(batch, schema=DOCUMENTS.schema))
-    return {"number": job.number, "rows": stats["kept"], "stats": dict(stats)}
+    return {"number": job.number, "stats": dict(stats)}
 
 
 # Runs the jobs wherever it likes and yields their results in job order, each as it is ready.
@@ -197,13 +198,9 @@ SourceMap = Callable[[list[SourceJob]], Iterable[dict[str, Any]]]
 def _sources_in_order(jobs: list[SourceJob], results: Iterable[dict[str, Any]], seen: set[str],
                       progress: Progress) -> Iterator[tuple[Counter[str], Iterator[Document]]]:
     """(counts, documents not seen in an earlier source) of each source as its job is done."""
-    count = 0
-    for job, result in zip(jobs, results, strict=False):
-        if result["number"] != job.number:
-            raise RealmError(f"ingest: source {result['number']} came back where {job.number} belongs")
-        count += 1
+    for job, result in in_job_order(jobs, results, "ingested sources"):
         stats: Counter[str] = Counter(result["stats"])
-        stats["kept"] -= result["rows"]  # recounted against the sources before this one
+        del stats["kept"]  # recounted against the sources before this one (Counter: no KeyError)
         try:
             parquet = pq.ParquetFile(job.file)
         except OSError as e:
@@ -215,8 +212,6 @@ def _sources_in_order(jobs: list[SourceJob], results: Iterable[dict[str, Any]], 
 
         progress.advance(1)
         yield stats, first_seen(docs(), seen, stats)
-    if count != len(jobs):
-        raise RealmError(f"ingest: {count} of {len(jobs)} sources came back")
 
 
 def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | None = None,

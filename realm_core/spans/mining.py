@@ -23,6 +23,7 @@ from realm_core.blocks import sentence_starts
 from realm_core.config import SpanConfig
 from realm_core.encoders import load_wordpieces
 from realm_core.errors import ArtifactError, ConfigError
+from realm_core.jobs import in_job_order
 from realm_core.progress import NoProgress, Progress
 from realm_core.schemas import SCHEMAS
 from realm_core.spans.dates import Span, find_dates, resolve_overlaps
@@ -208,15 +209,9 @@ def _shards_in_order(jobs: list[SpanShardJob], results: Iterable[dict[str, Any]]
                      stats: Counter[str]) -> Iterator[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """Each shard's rows as its result arrives, in block order: the stage holds one shard at a
     time, not the corpus."""
-    count = 0
-    for job, result in zip(jobs, results, strict=False):
-        if result["number"] != job.number:
-            raise ArtifactError(f"span shards came back out of order: {result['number']} where {job.number} belongs")
+    for job, result in in_job_order(jobs, results, "span shards"):
         stats.update(result["stats"])
-        count += 1
         yield read_shard(job)
-    if count != len(jobs):
-        raise ArtifactError(f"{count} of {len(jobs)} span shards came back")
 
 
 def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,

@@ -133,7 +133,9 @@ def test_ingest_fanned_out_by_source_file_writes_the_one_process_documents(tmp_p
         parts.append({"kind": "wikipedia", "path": str(part), "name": "enwiki"})
     jsonl = tmp_path / "extra.jsonl"
     jsonl.write_text('{"id": 1, "title": "A", "text": "a"}\n{"id": 1, "title": "A", "text": "again"}\n')
-    cfg = IngestConfig(sources=(*parts, {"kind": "jsonl", "path": str(jsonl)}), workers=1)
+    # the JSONL twice: the second copy keeps nothing, and its counts must say so as one process does
+    cfg = IngestConfig(sources=(*parts, {"kind": "jsonl", "path": str(jsonl)}, {"kind": "jsonl", "path": str(jsonl)}),
+                       workers=1)
     one = run_ingest(ArtifactStore(tmp_path / "one"), cfg)
     left: list[list[str]] = []
 
@@ -143,8 +145,9 @@ def test_ingest_fanned_out_by_source_file_writes_the_one_process_documents(tmp_p
             yield ingest_source(job)
 
     fanned = run_ingest(ArtifactStore(tmp_path / "fan"), cfg, map_sources=map_sources)
-    assert left == [[], [], []]
+    assert left == [[], [], [], []]
     assert fanned.stats == one.stats
+    assert fanned.stats["source3:extra.jsonl"] == {"documents_read": 2, "duplicate_doc_id": 2}
     # page 6 of the second part repeats the first part's; line 2 of the JSONL repeats line 1
     assert fanned.stats[f"source1:{parts[1]['path'].rsplit('/', 1)[1]}"] == {
         "pages": 2, "article": 2, "kept": 1, "duplicate_doc_id": 1}

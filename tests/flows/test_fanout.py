@@ -62,13 +62,7 @@ def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: 
         ("shard-00003.npy", 600, 12)]
     dask_vectors = load_embeddings(Path(dask_art.path) / "embeddings", dask_art.manifest["embeddings"], 612)
 
-    async def shard_task_runs() -> int:
-        async with get_client() as client:
-            runs = await client.read_task_runs(
-                task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="embed-shard")))
-            return sum(1 for r in runs if r.state is not None and r.state.is_completed())
-
-    assert asyncio.run(shard_task_runs()) >= 4
+    assert asyncio.run(_completed_task_runs("embed-shard")) >= 4
     # this process, the same config: the same cache key, the same shards and vectors
     local = run_embed_blocks(store, blocks, embed, force=True)
     assert local.ref.path == fanned["ref"].path
