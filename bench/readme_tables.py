@@ -99,7 +99,13 @@ def warm_start_table(result: dict) -> str:
         cells = " | ".join(f"{res[d]['systems'][s['name']][m]:.3f}" for d in datasets for m in metrics)
         lines.append(f"| {s['name']} | {budget} | {secs if secs is not None else '-'} | {cells} |")
     sizes = "; ".join(f"{d}: {res[d]['questions']:,} questions over {res[d]['blocks']:,} blocks" for d in datasets)
-    return "\n".join(lines) + f"\n\n{sizes}."
+    text = "\n".join(lines) + f"\n\n{sizes}."
+    if "openqa" in result:  # REALM pretraining from each warm start, then SQuAD-open fine-tuning
+        qa = result["openqa"]
+        rows = ["| REALM pretrained from | SQuAD-open EM | EM, answerable subset | R@5 |", "|---|---:|---:|---:|"]
+        rows += [f"| {name} | {r['EM']:.3f} | {r['EM answerable']:.3f} | {r['R@5']:.3f} |" for name, r in qa.items()]
+        text += "\n\n" + "\n".join(rows) + f"\n\n{next(iter(qa.values()))['questions']:,} SQuAD-open test questions."
+    return text
 
 
 def retrieval_table(result: dict) -> str:

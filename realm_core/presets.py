@@ -69,8 +69,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ict": {"batch_size": 256, "steps": 150, "query_length": 32, "block_length": 64,
                 "learning_rate": 1e-4, "warmup_steps": 10, "dropout": 0.0},
         # ICT's budget in steps x batch x tokens (150 x 256 x 96). The decoder's full-vocabulary
-        # loss at every position makes a step cost far more than ICT's on 2 cores (95 s vs 7-10 s
-        # measured with another job running): a GPU run, or --set retromae.steps=N to try it.
+        # loss at every position makes a step cost far more than ICT's: 45 s on 2 quiet cores (the
+        # train column of README's table). README's comparison trains every warm start
+        # 40 steps (`make warm-start-table`); the full 150 is a GPU run.
         "retromae": {"batch_size": 256, "steps": 150, "block_length": 96, "learning_rate": 1e-4,
                      "warmup_steps": 10, "dropout": 0.0},
         # about 2.5 s/step on 2 cores (8 x 4 reader sequences of 128, 24 blocks re-embedded).
