@@ -81,7 +81,7 @@ openqa-table: $(STAMP)
 # README's warm-start comparison: ICT vs RetroMAE (enhanced and plain decoder), one budget, one
 # retrieval evaluation. README's table is the default: every warm start at 40 steps (the preset's
 # 150 are about 2 h of CPU per RetroMAE variant at 45 s/step on 2 cores), then REALM pretraining and
-# SQuAD-open fine-tuning from ICT and from RetroMAE (--openqa); about 2.5 h in all.
+# SQuAD-open fine-tuning from ICT and from RetroMAE (--openqa); about 2.2 h in all.
 # WARM_START_ARGS= trains at the preset's budget.
 WARM_START_ARGS ?= --steps 40 --openqa
 warm-start-table: $(STAMP)
