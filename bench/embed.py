@@ -13,7 +13,6 @@ included), same blocks, same shards; vectors checked equal.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -24,6 +23,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
@@ -134,9 +135,7 @@ def main() -> None:
           f"{p['one_process']['blocks_per_s']:.1f} blocks/s, {p['workers']} processes x "
           f"{p['parallel']['threads']} threads {p['parallel']['blocks_per_s']:.1f} blocks/s "
           f"(ratio {p['ratio']:.2f})")
-    out = ROOT / "bench" / "results" / "embed.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result("embed", result)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import bz2
-import json
 import os
 import platform
 import re
@@ -23,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
 
 from realm_core.config import data_dir
 
@@ -146,9 +147,7 @@ def main() -> None:
     result = {"benchmark": "ingest", "peer": "wikiextractor 3.1.0", "processes": args.processes,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "runs": rows}
-    out = ROOT / "bench" / "results" / "ingest.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result("ingest", result)
 
 
 if __name__ == "__main__":

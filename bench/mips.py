@@ -13,7 +13,6 @@ steps' worth; faiss's flat scan pays a fixed cost per call, so small batches fav
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -24,6 +23,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
 
 from realm_core.retrieval.index import MipsIndex
 
@@ -115,12 +116,10 @@ def main() -> None:
                   flush=True)
         print(f"n={n:>9,} {'torch (peer)':<14} {row['peer']['qps']:>9.1f} qps   1.00x  recall@10 1.0000", flush=True)
         rows.append(row)
-    out = ROOT / "bench" / "results" / "mips.json"
-    out.write_text(json.dumps({"benchmark": "mips", "dim": DIM, "k": K, "queries": QUERIES,
-                               "batch": args.batch, "threads": args.threads, "data": "2,000-centre Gaussian mixture, normalised",
-                               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                               "runs": rows}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result("mips", {"benchmark": "mips", "dim": DIM, "k": K, "queries": QUERIES,
+                          "batch": args.batch, "threads": args.threads, "data": "2,000-centre Gaussian mixture, normalised",
+                          "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                          "runs": rows})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    """bench/results/<name>.json, the numbers README's tables are rendered from."""
+    out = RESULTS / f"{name}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.relative_to(RESULTS.parents[1])}")
+    return out
 
 
 def bare_reader_loss(reader: Any, reader_batch: Any) -> Any:

@@ -10,7 +10,6 @@ run. Both with the demo preset's sizes; the overhead is the retriever's share of
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -42,7 +41,7 @@ from realm_core.spans.mining import run_mine_spans
 from realm_core.training import adamw
 
 sys.path.insert(0, str(ROOT / "bench"))
-from peers import bare_reader_loss  # noqa: E402
+from peers import bare_reader_loss, write_result  # noqa: E402
 
 
 def main() -> None:
@@ -112,9 +111,7 @@ def main() -> None:
     for mode in ("recompute", "index"):
         print(f"REALM step, relevance={mode}: {med[mode]:.2f} s vs bare reader {med['bare']:.2f} s: "
               f"overhead {100 * result['modes'][mode]['overhead']:.0f}%")
-    out = ROOT / "bench" / "results" / "pretrain_step.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("pretrain_step", result)
 
 
 if __name__ == "__main__":

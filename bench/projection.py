@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from peers import write_result  # noqa: E402
 from scaling import REALM_BLOCKS  # noqa: E402
 
 from realm_core.config import load_config  # noqa: E402
@@ -105,9 +106,7 @@ def main() -> None:
         print(f"{name}: {s['pflop']:,.0f} PFLOP, {s['gpu_hours']:,.0f} GPU-hours")
     print(f"total: {total / 1e15:,.0f} PFLOP = {total / rate / 3600:,.0f} GPU-hours at an assumed "
           f"{rate / 1e12:,.0f} TFLOP/s per GPU")
-    out = ROOT / "bench" / "results" / "projection.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("projection", result)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ and the two reference embeddings are computed (about 6 minutes on 2 cores; from 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -22,6 +21,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
@@ -90,9 +91,7 @@ def main() -> None:
         "ann": {"blocks": len(vectors), "queries": len(queries), "ivf_nprobe": 8, "hnsw_ef_search": 64,
                 "indexes": ann},
     }
-    out = ROOT / "bench" / "results" / "retrieval.json"
-    out.write_text(json.dumps(result_json, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("retrieval", result_json)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from ingest import replicated_dump, timed  # noqa: E402  (bench/ingest.py)
+from peers import write_result  # noqa: E402
 
 from realm_core.config import data_dir  # noqa: E402
 
@@ -145,10 +146,9 @@ def main() -> None:
     projection = project(runs, os.cpu_count() or 1)
     result = {"machine": platform.machine(), "cores": os.cpu_count() or 1, "pages_per_copy": args.pages, "runs": runs,
               "projection": projection}
-    out = ROOT / "bench" / "results" / "scaling.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("scaling", result)
     plot(result, ROOT / "bench" / "results" / "scaling.png")
-    print(f"wrote {out.relative_to(ROOT)} and bench/results/scaling.png")
+    print("wrote bench/results/scaling.png")
     for name, hours in projection["hours_on_this_machine"].items():
         shown = "start-up dominated at these sizes: not projected" if hours is None else f"{hours:,.1f} h"
         print(f"projection, {REALM_BLOCKS:,} blocks, {name}: {shown} on this machine")

@@ -12,7 +12,6 @@ Quality: span precision and recall on tests/fixtures/salient_spans_gold.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource
@@ -22,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
@@ -105,9 +106,7 @@ def main() -> None:
                     for k, s in quality.items()},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
-    out = ROOT / "bench" / "results" / "spans.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result("spans", result)
 
 
 if __name__ == "__main__":

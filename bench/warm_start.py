@@ -15,7 +15,6 @@ Stages run through the artifact cache of the work dir (ICT comes from `make demo
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
@@ -105,9 +106,7 @@ def main() -> None:
             out_json["openqa"][name] = openqa_em(store, pre, blocks, spans, retriever)  # type: ignore[index]
             print(f"REALM from {name}: {out_json['openqa'][name]}")  # type: ignore[index]
     out_json["seconds"] = round(time.perf_counter() - t0, 1)
-    out = ROOT / "bench" / "results" / "warm_start.json"
-    out.write_text(json.dumps(out_json, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_result("warm_start", out_json)
 
 
 if __name__ == "__main__":
