@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from peers import write_result  # noqa: E402
+
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
 from realm_core.config import load_config, work_dir
@@ -56,18 +58,19 @@ def main() -> None:
     result_json = {
         "preset": args.preset, "machine": platform.machine(), "seconds": round(time.perf_counter() - t0, 1),
         "budget": {"steps": p.steps, "batch_size": p.batch_size, "learning_rate": p.learning_rate,
+                   "reader_mlm_steps": p.reader_mlm.steps, "reader_mlm_batch_size": p.reader_mlm.batch_size,
+                   "heldout_every": p.heldout_every, "eval_examples": p.eval_examples,
                    "retriever_lr_scale": p.retriever_lr_scale,
                    "top_k": p.top_k, "reader_length": p.reader_length, "refresh_every": p.refresh_every,
                    "sync_refresh": p.sync_refresh, "relevance": p.relevance, "masking": cfg.masking.strategy},
         "runs": runs,
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],
     }
-    out = ROOT / "bench" / "results" / "pretrain.json"
-    out.write_text(json.dumps(result_json, indent=2) + "\n")
+    write_result("pretrain", result_json)
     rows = runs["REALM"]["steps"]
     plot_curves(rows, "step", ["loss", "retrieval_utility", "p_null"], ROOT / "bench" / "results" / "pretrain_curves.png",
                 f"REALM pretraining, {args.preset} preset ({p.steps} steps of {p.batch_size})")
-    print(f"wrote {out.relative_to(ROOT)} and bench/results/pretrain_curves.png")
+    print("wrote bench/results/pretrain_curves.png")
 
 
 if __name__ == "__main__":

@@ -138,7 +138,9 @@ def pretrain_table(result: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, run in result["runs"].items():
         s = run["stats"]
-        lines.append(f"| {name} | {s['heldout_span_accuracy']:.3f} | {run['eval'][-1]['log_likelihood']:.2f} | "
+        right = round(s['heldout_span_accuracy'] * run['eval'][-1]['examples'])
+        lines.append(f"| {name} | {s['heldout_span_accuracy']:.3f} ({right}/{int(run['eval'][-1]['examples'])}) | "
+                     f"{run['eval'][-1]['log_likelihood']:.2f} | "
                      f"{s['heldout_retrieval_utility']:.3f} | "
                      f"{s['heldout_p_null']:.3f} | {s['final_loss']:.2f} | "
                      f"{100 * s['blocked_on_index_fraction']:.1f}% | {s['wall_seconds']:.0f} |")
@@ -150,6 +152,12 @@ def pretrain_table(result: dict) -> str:
               f"{'synchronous' if b['sync_refresh'] else 'asynchronous'}; relevance `{b['relevance']}`; "
               f"masking `{b['masking']}`; encoders at {b.get('retriever_lr_scale', 1.0)}x the reader's "
               "learning rate."]
+    if (warm := realm.get("reader_mlm")) is not None:
+        lines[-1] += (f" Both start from one reader warmed up by {warm['steps']} steps of masked LM "
+                      f"({b['reader_mlm_batch_size']} blocks a step, "
+                      f"{warm['blocks']:,} blocks, held-out articles' {warm['heldout_blocks']} left out; "
+                      f"{100 * warm['final_wordpiece_accuracy']:.0f}% of masked wordpieces right at the end; "
+                      f"{warm['wall_seconds']:.0f} s, in neither wall column).")
     return "\n".join(lines)
 
 

@@ -1,45 +1,46 @@
 """Stage configs: one frozen pydantic model per stage, presets, YAML and `stage.field=value` overrides.
 
 Config is plain data, validated at the boundary and printed at the start of every stage. Its hash
-(`config_hash`) goes into every artifact's manifest and into the artifact's cache key.
+(`config_hash`) goes into every artifact's manifest and into the artifact's cache key. The base
+class is in `stage_config`, the training stages' configs in `training_config`; all are imported
+from here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from realm_core.errors import ConfigError
 from realm_core.presets import PRESETS
+from realm_core.stage_config import (
+    BUNDLED_ENCODER,
+    DEVICE_DEFAULT,
+    DEVICE_HELP,
+    PRECISION_HELP,
+    StageConfig,
+)
+from realm_core.training_config import (
+    FinetuneConfig,
+    ICTConfig,
+    PretrainConfig,
+    ReaderMlmConfig,
+    RetroMAEConfig,
+)
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
-BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
 
-
-DEVICE_DEFAULT = "auto"
-DEVICE_HELP = ("auto: this process's GPU (its torchrun local rank) where CUDA is available, else "
-               "the CPU; or cpu, cuda, cuda:N")
-PRECISION_HELP = "bf16: autocast matrix products to bfloat16 (GPUs; weights stay fp32)"
-
-
-class StageConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # Fields that change how fast a stage runs but never what it produces; left out of the hash
-    # so that rerunning with more workers is still a cache hit.
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset()
-
-    def config_hash(self) -> str:
-        """sha256 of the canonical JSON of this config (field order independent)."""
-        data = self.model_dump(mode="json", exclude=set(self.EXECUTION_FIELDS))
-        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+# The stage configs that live in stage_config and training_config are imported from here too.
+__all__ = ["BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
+           "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
+           "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
+           "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec", "SpanConfig",
+           "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 
 
 SourceKind = Literal["wikipedia", "squad", "dpr_json", "dpr_tsv", "jsonl"]
@@ -183,129 +184,6 @@ class QuestionsConfig(StageConfig):
     """Open-QA questions of every benchmark into one `questions` artifact (REALM Table 1)."""
 
     sources: tuple[QuestionSource, ...] = Field(default_factory=_openqa_sources)
-
-
-class ICTConfig(StageConfig):
-    """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
-
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
-
-    encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
-    projection_dim: int = Field(128, ge=1)
-    pooling: Literal["cls", "mean"] = "cls"
-    batch_size: int = Field(4096, ge=2, description="examples per step; the others are in-batch negatives")
-    learning_rate: float = Field(1e-4, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1, description="BERT hidden+attention dropout while training")
-    steps: int = Field(100_000, ge=1)
-    keep_sentence_prob: float = Field(0.1, ge=0, le=1, description="ORQA: keep the query in 10%")
-    min_sentence_chars: int = Field(20, ge=1, description="shorter sentences are not used as queries")
-    query_length: int = Field(64, ge=8)
-    block_length: int = Field(288, ge=16)
-    checkpoint_every: int = Field(50, ge=1, description="steps between resumable checkpoints")
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-
-
-class RetroMAEConfig(StageConfig):
-    """RetroMAE warm start (Xiao et al. 2022): masked auto-encoding through a [CLS] bottleneck."""
-
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
-
-    encoder: str = Field(BUNDLED_ENCODER, description="BERT the encoder starts from")
-    projection_dim: int = Field(0, ge=0, description="0: the [CLS] state itself (RetroMAE's embedding)")
-    encoder_mask_rate: float = Field(0.3, ge=0.0, le=0.9, description="RetroMAE: 15-30%")
-    decoder_mask_rate: float = Field(0.5, ge=0.0, le=0.95, description="RetroMAE: 50-70%")
-    enhanced_decoding: bool = Field(True, description="two streams + per-row attention mask; "
-                                    "false: one masked stream (the ablation)")
-    batch_size: int = Field(256, ge=1)
-    block_length: int = Field(288, ge=16)
-    learning_rate: float = Field(1e-4, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1)
-    steps: int = Field(100_000, ge=1)
-    checkpoint_every: int = Field(50, ge=1)
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-
-
-class PretrainConfig(StageConfig):
-    """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
-
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
-
-    warm_start: Literal["ict", "retromae", "none"] = Field(
-        "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
-    reader_encoder: str = Field(BUNDLED_ENCODER, description="BERT the knowledge-augmented encoder starts from")
-    retrieval: Literal["realm", "null_only"] = Field(
-        "realm", description="null_only: the null block alone, i.e. BERT-style MLM (Table 2 baseline)")
-    freeze_retriever: bool = Field(False, description="Table 2 ablation: no gradient into either encoder")
-    relevance: Literal["recompute", "index"] = Field(
-        "recompute", description="recompute: retrieved blocks re-embedded by the current document "
-        "encoder (gradients reach it); index: their stale index vectors (only the query encoder "
-        "and the null block's embedding learn; a step costs far less)")
-    top_k: int = Field(8, ge=1, description="blocks per example, the null block included")
-    reader_length: int = Field(384, ge=16, description="[CLS] x [SEP] title [SEP] body [SEP]")
-    doc_length: int = Field(288, ge=8, description="block tokens when relevance is recomputed")
-    batch_size: int = Field(512, ge=1, description="examples per optimizer step")
-    grad_accumulation: int = Field(1, ge=1, description="micro-batches per step (batch_size each / this)")
-    learning_rate: float = Field(3e-5, gt=0)
-    retriever_lr_scale: float = Field(
-        1.0, gt=0, description="the encoders' learning rate as a multiple of learning_rate (the "
-        "paper: 1). Below 1 on short runs, where the reader has not yet learned to use retrieval "
-        "and the retriever's gradient is mostly noise that erodes the warm start")
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1)
-    steps: int = Field(200_000, ge=1)
-    warmup_steps: int = Field(10_000, ge=0)
-    refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")
-    sync_refresh: bool = Field(False, description="wait for each refresh (deterministic; tests)")
-    exclusion: Literal["block", "article"] = Field(
-        "block", description="trivial retrievals dropped: the query's own block and its article's "
-        "copies in other corpora (REALM §3.4), or every block of its article")
-    exclusion_margin: int = Field(16, ge=0, description="extra index hits fetched to replace trivial ones")
-    heldout_every: int = Field(50, ge=2, description="articles with hash % N == 0 are held out for eval")
-    eval_every: int = Field(1000, ge=1)
-    eval_examples: int = Field(256, ge=1)
-    checkpoint_every: int = Field(1000, ge=1)
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
-
-
-class FinetuneConfig(StageConfig):
-    """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
-    encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks."""
-
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
-
-    dataset: str = Field("squad-open", description="questions table dataset to train on")
-    split: Literal["train", "dev", "test"] = "train"
-    top_k: int = Field(5, ge=1, description="retrieved blocks per question (REALM: 5)")
-    reader_length: int = Field(384, ge=32, description="[CLS] question [SEP] title [SEP] body [SEP]")
-    question_length: int = Field(64, ge=8)
-    max_span_length: int = Field(10, ge=1, description="answer spans up to this many wordpieces")
-    batch_size: int = Field(16, ge=1, description="questions per step, each with a gold span retrieved")
-    draw_factor: int = Field(4, ge=1, description="questions drawn per batch slot; those whose "
-                             "retrieved blocks hold no answer teach nothing and are skipped")
-    learning_rate: float = Field(1e-5, gt=0)
-    warmup_steps: int = Field(100, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1)
-    steps: int = Field(2_000, ge=1)
-    train_query_encoder: bool = Field(True, description="False: the retriever stays as warm-started")
-    checkpoint_every: int = Field(100, ge=1)
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
 
 
 class OpenQAEvalConfig(StageConfig):

@@ -107,6 +107,13 @@ PRETRAIN_EVAL = TableSchema("pretrain_eval", 1, pa.schema([
     ("examples", pa.int64()),
 ]))
 
+READER_MLM_METRICS = TableSchema("reader_mlm_metrics", 1, pa.schema([
+    ("step", pa.int64()),
+    ("loss", pa.float64()),                # mean -log p of the chosen wordpieces
+    ("wordpiece_accuracy", pa.float64()),  # chosen wordpieces predicted right (argmax)
+    ("learning_rate", pa.float64()),
+]))
+
 FINETUNE_CURVE = TableSchema("finetune_curve", 1, pa.schema([
     ("step", pa.int64()),
     ("loss", pa.float64()),          # -log p(y|x) over the batch; NaN: no question had a gold span
@@ -141,5 +148,5 @@ RETROMAE_CURVE = TableSchema("retromae_curve", 1, pa.schema([
 
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
                                                        ICT_CURVE, RETRIEVAL_RESULTS, QUESTIONS,
-                                                       PRETRAIN_METRICS, PRETRAIN_EVAL, FINETUNE_CURVE,
+                                                       PRETRAIN_METRICS, PRETRAIN_EVAL, READER_MLM_METRICS, FINETUNE_CURVE,
                                                        OPENQA_PREDICTIONS, RETROMAE_CURVE)}

@@ -29,6 +29,7 @@ from realm_core.encoders import load_tokenizer
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
+from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -39,6 +40,7 @@ from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
 PRETRAIN_CODE = ("realm_core.pretrain.stage", "realm_core.pretrain.loop", "realm_core.pretrain.reader",
+                 "realm_core.pretrain.reader_mlm",
                  "realm_core.pretrain.batches", "realm_core.pretrain.refresh", "realm_core.spans.masking",
                  "realm_core.training", "realm_core.retrieval.encoders")
 STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "staleness")
@@ -111,7 +113,14 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         raise ConfigError(f"pretrain.batch_size={config.batch_size} does not split evenly over "
                           f"{placement.world_size} ranks")
     query_encoder, doc_encoder = _encoders(config, retriever_ref)
-    reader = KnowledgeAugmentedEncoder.from_pretrained(config.reader_encoder, dropout=config.dropout,
+    reader_source, warmup_stats = config.reader_encoder, None
+    if config.reader_mlm.steps > 0:  # the same warmed reader for REALM and null-only: one artifact
+        warmup = run_reader_mlm(store, blocks_ref, config.reader_mlm, config.reader_encoder,
+                                lambda doc: _heldout(doc, config.heldout_every),
+                                f"sha256(doc_id) % {config.heldout_every}", placement, progress)
+        reader_source = reader_mlm_dir(warmup.ref)
+        warmup_stats = {"artifact": warmup.ref.path, "cached": warmup.cached, **warmup.stats}
+    reader = KnowledgeAugmentedEncoder.from_pretrained(reader_source, dropout=config.dropout,
                                                        seed=config.seed)
     tokenizer = load_tokenizer(config.reader_encoder)
     base_step = query_encoder.step
@@ -190,6 +199,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
         "refreshes_skipped": refresher.skipped if refresher else 0,
         "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision,
+        "reader_mlm": warmup_stats,
     }
     report = ("### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))

@@ -15,6 +15,7 @@ from realm_core.pretrain.stage import run_pretrain
 from realm_core.retrieval.versions import versions
 from realm_core.retrieval.warm_start import run_warm_start_ict
 from realm_core.spans.mining import run_mine_spans
+from tests.killing import KillAfter, Killed
 
 pytestmark = pytest.mark.slow
 
@@ -28,28 +29,6 @@ def upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     spans = run_mine_spans(store, blocks.ref, cfg.spans)
     ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
     return root, cfg, {"blocks": blocks.ref, "spans": spans.ref, "ict": ict.ref}
-
-
-class Killed(Exception):
-    pass
-
-
-class KillAfter:
-    """A progress reporter that dies after `n` steps (after that step, before its checkpoint)."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen = n, 0
-
-    def start(self, description: str, total: int | None, unit: str) -> None:
-        self.seen = 0
-
-    def advance(self, n: int = 1) -> None:
-        self.seen += n
-        if self.seen >= self.n:
-            raise Killed
-
-    def finish(self) -> None:
-        pass
 
 
 def _copy(upstream: tuple[Path, PipelineConfig, dict[str, ArtifactRef]], dest: Path) -> tuple[ArtifactStore, dict[str, ArtifactRef]]:
@@ -87,6 +66,11 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_parameters(upstream,
     run_dir = next((tmp_path / "a" / "runs").iterdir())
     assert versions(ArtifactStore(run_dir)) == [4, 6]
     assert full.stats["heldout_examples"] > 0 and full.stats["refreshes_skipped"] == 0
+    # the reader's masked-LM warm-up ran first, never on held-out articles' blocks, and the
+    # resumed run reused its artifact
+    warm = full.stats["reader_mlm"]
+    assert warm["steps"] == 2 and warm["heldout_blocks"] > 0 and not warm["cached"]
+    assert resumed.stats["reader_mlm"]["cached"]
 
 
 def test_null_only_baseline_never_retrieves(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

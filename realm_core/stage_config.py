@@ -1,0 +1,34 @@
+"""The base of every stage config and the constants several stages share.
+
+A stage config is plain data, validated at the boundary; its hash (`config_hash`) goes into
+every artifact's manifest and cache key. `realm_core.config` gathers the stages and loads presets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
+
+DEVICE_DEFAULT = "auto"
+DEVICE_HELP = ("auto: this process's GPU (its torchrun local rank) where CUDA is available, else "
+               "the CPU; or cpu, cuda, cuda:N")
+PRECISION_HELP = "bf16: autocast matrix products to bfloat16 (GPUs; weights stay fp32)"
+
+
+class StageConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Fields that change how fast a stage runs but never what it produces; left out of the hash
+    # so that rerunning with more workers is still a cache hit.
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of this config (field order independent)."""
+        data = self.model_dump(mode="json", exclude=set(self.EXECUTION_FIELDS))
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()

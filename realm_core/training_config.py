@@ -1,0 +1,160 @@
+"""Configs of the stages that train: the ICT and RetroMAE warm starts, REALM pretraining (with
+its reader warm-up) and open-QA fine-tuning."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from realm_core.stage_config import (
+    BUNDLED_ENCODER,
+    DEVICE_DEFAULT,
+    DEVICE_HELP,
+    PRECISION_HELP,
+    StageConfig,
+)
+
+
+class ICTConfig(StageConfig):
+    """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+
+    encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
+    projection_dim: int = Field(128, ge=1)
+    pooling: Literal["cls", "mean"] = "cls"
+    batch_size: int = Field(4096, ge=2, description="examples per step; the others are in-batch negatives")
+    learning_rate: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1, description="BERT hidden+attention dropout while training")
+    steps: int = Field(100_000, ge=1)
+    keep_sentence_prob: float = Field(0.1, ge=0, le=1, description="ORQA: keep the query in 10%")
+    min_sentence_chars: int = Field(20, ge=1, description="shorter sentences are not used as queries")
+    query_length: int = Field(64, ge=8)
+    block_length: int = Field(288, ge=16)
+    checkpoint_every: int = Field(50, ge=1, description="steps between resumable checkpoints")
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+
+
+class RetroMAEConfig(StageConfig):
+    """RetroMAE warm start (Xiao et al. 2022): masked auto-encoding through a [CLS] bottleneck."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+
+    encoder: str = Field(BUNDLED_ENCODER, description="BERT the encoder starts from")
+    projection_dim: int = Field(0, ge=0, description="0: the [CLS] state itself (RetroMAE's embedding)")
+    encoder_mask_rate: float = Field(0.3, ge=0.0, le=0.9, description="RetroMAE: 15-30%")
+    decoder_mask_rate: float = Field(0.5, ge=0.0, le=0.95, description="RetroMAE: 50-70%")
+    enhanced_decoding: bool = Field(True, description="two streams + per-row attention mask; "
+                                    "false: one masked stream (the ablation)")
+    batch_size: int = Field(256, ge=1)
+    block_length: int = Field(288, ge=16)
+    learning_rate: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    steps: int = Field(100_000, ge=1)
+    checkpoint_every: int = Field(50, ge=1)
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+
+
+class ReaderMlmConfig(StageConfig):
+    """Masked-LM warm-up of the REALM reader on the blocks, before REALM starts. REALM starts its
+    reader from BERT, which already does masked LM; an encoder shipped without an MLM head (the
+    bundled MiniLM) starts with none, and salient spans alone teach it next to nothing."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every"})
+
+    steps: int = Field(0, ge=0, description="0: the reader starts from pretrain.reader_encoder as it is")
+    batch_size: int = Field(32, ge=1, description="blocks per step")
+    length: int = Field(128, ge=8, description="[CLS] title [SEP] body [SEP], cut to this many wordpieces")
+    mask_rate: float = Field(0.15, gt=0, lt=1, description="BERT: 15% of wordpieces, 80% [MASK] / 10% random / 10% kept")
+    learning_rate: float = Field(5e-4, gt=0)
+    warmup_steps: int = Field(30, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    checkpoint_every: int = Field(50, ge=1)
+    seed: int = 0
+
+
+class PretrainConfig(StageConfig):
+    """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
+
+    warm_start: Literal["ict", "retromae", "none"] = Field(
+        "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
+    reader_encoder: str = Field(BUNDLED_ENCODER, description="BERT the knowledge-augmented encoder starts from")
+    reader_mlm: ReaderMlmConfig = Field(default_factory=ReaderMlmConfig,
+                                        description="masked-LM warm-up of the reader on the blocks first")
+    retrieval: Literal["realm", "null_only"] = Field(
+        "realm", description="null_only: the null block alone, i.e. BERT-style MLM (Table 2 baseline)")
+    freeze_retriever: bool = Field(False, description="Table 2 ablation: no gradient into either encoder")
+    relevance: Literal["recompute", "index"] = Field(
+        "recompute", description="recompute: retrieved blocks re-embedded by the current document "
+        "encoder (gradients reach it); index: their stale index vectors (only the query encoder "
+        "and the null block's embedding learn; a step costs far less)")
+    top_k: int = Field(8, ge=1, description="blocks per example, the null block included")
+    reader_length: int = Field(384, ge=16, description="[CLS] x [SEP] title [SEP] body [SEP]")
+    doc_length: int = Field(288, ge=8, description="block tokens when relevance is recomputed")
+    batch_size: int = Field(512, ge=1, description="examples per optimizer step")
+    grad_accumulation: int = Field(1, ge=1, description="micro-batches per step (batch_size each / this)")
+    learning_rate: float = Field(3e-5, gt=0)
+    retriever_lr_scale: float = Field(
+        1.0, gt=0, description="the encoders' learning rate as a multiple of learning_rate (the "
+        "paper: 1). Below 1 on short runs, where the reader has not yet learned to use retrieval "
+        "and the retriever's gradient is mostly noise that erodes the warm start")
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    steps: int = Field(200_000, ge=1)
+    warmup_steps: int = Field(10_000, ge=0)
+    refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")
+    sync_refresh: bool = Field(False, description="wait for each refresh (deterministic; tests)")
+    exclusion: Literal["block", "article"] = Field(
+        "block", description="trivial retrievals dropped: the query's own block and its article's "
+        "copies in other corpora (REALM §3.4), or every block of its article")
+    exclusion_margin: int = Field(16, ge=0, description="extra index hits fetched to replace trivial ones")
+    heldout_every: int = Field(50, ge=2, description="articles with hash % N == 0 are held out for eval")
+    eval_every: int = Field(1000, ge=1)
+    eval_examples: int = Field(256, ge=1)
+    checkpoint_every: int = Field(1000, ge=1)
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+
+
+class FinetuneConfig(StageConfig):
+    """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
+    encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
+
+    dataset: str = Field("squad-open", description="questions table dataset to train on")
+    split: Literal["train", "dev", "test"] = "train"
+    top_k: int = Field(5, ge=1, description="retrieved blocks per question (REALM: 5)")
+    reader_length: int = Field(384, ge=32, description="[CLS] question [SEP] title [SEP] body [SEP]")
+    question_length: int = Field(64, ge=8)
+    max_span_length: int = Field(10, ge=1, description="answer spans up to this many wordpieces")
+    batch_size: int = Field(16, ge=1, description="questions per step, each with a gold span retrieved")
+    draw_factor: int = Field(4, ge=1, description="questions drawn per batch slot; those whose "
+                             "retrieved blocks hold no answer teach nothing and are skipped")
+    learning_rate: float = Field(1e-5, gt=0)
+    warmup_steps: int = Field(100, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    dropout: float = Field(0.1, ge=0, lt=1)
+    steps: int = Field(2_000, ge=1)
+    train_query_encoder: bool = Field(True, description="False: the retriever stays as warm-started")
+    checkpoint_every: int = Field(100, ge=1)
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
