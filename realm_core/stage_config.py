@@ -27,8 +27,18 @@ class StageConfig(BaseModel):
     # so that rerunning with more workers is still a cache hit.
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset()
 
+    def execution_exclude(self) -> dict[str, object]:
+        """The execution fields of this config and of the stage configs nested in it, as
+        pydantic's `exclude` mapping (a nested warm-up's checkpoint interval is one)."""
+        out: dict[str, object] = dict.fromkeys(self.EXECUTION_FIELDS, True)
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name not in out and isinstance(value, StageConfig) and (nested := value.execution_exclude()):
+                out[name] = nested
+        return out
+
     def config_hash(self) -> str:
         """sha256 of the canonical JSON of this config (field order independent)."""
-        data = self.model_dump(mode="json", exclude=set(self.EXECUTION_FIELDS))
+        data = self.model_dump(mode="json", exclude=self.execution_exclude())  # type: ignore[arg-type]
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

@@ -113,13 +113,14 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         raise ConfigError(f"pretrain.batch_size={config.batch_size} does not split evenly over "
                           f"{placement.world_size} ranks")
     query_encoder, doc_encoder = _encoders(config, retriever_ref)
-    reader_source, warmup_stats = config.reader_encoder, None
+    reader_source, warmup_stats, warmup_report = config.reader_encoder, None, ""
     if config.reader_mlm.steps > 0:  # the same warmed reader for REALM and null-only: one artifact
         warmup = run_reader_mlm(store, blocks_ref, config.reader_mlm, config.reader_encoder,
                                 lambda doc: _heldout(doc, config.heldout_every),
                                 f"sha256(doc_id) % {config.heldout_every}", placement, progress)
         reader_source = reader_mlm_dir(warmup.ref)
         warmup_stats = {"artifact": warmup.ref.path, "cached": warmup.cached, **warmup.stats}
+        warmup_report = warmup.report + "\n\n"
     reader = KnowledgeAugmentedEncoder.from_pretrained(reader_source, dropout=config.dropout,
                                                        seed=config.seed)
     tokenizer = load_tokenizer(config.reader_encoder)
@@ -201,7 +202,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision,
         "reader_mlm": warmup_stats,
     }
-    report = ("### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
+    report = (warmup_report + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
     query_encoder.step = doc_encoder.step = base_step + config.steps
     with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),

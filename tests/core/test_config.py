@@ -52,3 +52,8 @@ def test_config_hash_ignores_execution_fields_only() -> None:
     assert base.model_copy(update={"rows_per_file": 7}).config_hash() != base.config_hash()
     chunk = load_config("tiny").chunk
     assert chunk.model_copy(update={"max_wordpieces": 100}).config_hash() != chunk.config_hash()
+    # a nested stage config's execution fields are left out too, its other fields are not
+    pretrain = load_config("tiny").pretrain
+    for change, same in (({"checkpoint_every": 7}, True), ({"steps": 9}, False)):
+        nested = pretrain.model_copy(update={"reader_mlm": pretrain.reader_mlm.model_copy(update=change)})
+        assert (nested.config_hash() == pretrain.config_hash()) is same, change

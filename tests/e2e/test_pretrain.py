@@ -71,6 +71,7 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_parameters(upstream,
     warm = full.stats["reader_mlm"]
     assert warm["steps"] == 2 and warm["heldout_blocks"] > 0 and not warm["cached"]
     assert resumed.stats["reader_mlm"]["cached"]
+    assert full.report.startswith("### Reader masked-LM warm-up")  # its curve shows in the stage report
 
 
 def test_null_only_baseline_never_retrieves(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
