@@ -193,7 +193,23 @@ def openqa_table(result: dict) -> str:
               f"Every system fine-tuned on {ft['dataset']}/{ft['split']} with the same budget: {ft['steps']} "
               f"steps x {ft['batch_size']} questions, lr {ft['learning_rate']}, top-{k} blocks of "
               f"{ft['reader_length']} reader tokens; NQ/WQ/CT are answered by that SQuAD-open model."]
+    starts: dict[str, list[str]] = {}
+    for s in result["systems"]:
+        if s.get("fine_tuned") and s.get("reader_start"):
+            starts.setdefault(_reader_start(s["reader_start"]), []).append(s["name"])
+    if starts:
+        lines[-1] += " Span readers start from " + "; ".join(
+            f"{where} ({', '.join(names)})" for where, names in starts.items()) + "."
     return "\n".join(lines)
+
+
+def _reader_start(path: str) -> str:
+    parts = Path(path).parts
+    if "reader_mlm" in parts:
+        return "the reader masked-LM warm-up that REALM pretraining starts from"
+    if "realm_model" in parts:
+        return "REALM's pretrained reader"
+    return f"`{Path(path).name}` as shipped"
 
 
 def scaling_table(result: dict) -> str:

@@ -33,15 +33,17 @@ def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -
     upstream stage through the cache (trained first where missing). Under torchrun the
     single-process stages run on rank 0 first; pretraining and fine-tuning run on every rank."""
     from realm_core.distributed import Placement, rank_zero_first
-    from realm_core.openqa.qa_stage import qa_systems, run_finetune
+    from realm_core.openqa.qa_stage import baseline_reader, qa_systems, run_finetune
     from realm_core.openqa.stage import run_load_questions
-    from realm_core.pretrain.stage import run_pretrain
+    from realm_core.pretrain.stage import run_pretrain, run_warm_reader
     from realm_core.progress import NoProgress
     from realm_core.spans.mining import run_mine_spans
 
     placement = Placement.from_env(cfg.finetune.device, cfg.finetune.precision)
     with rank_zero_first(placement):
         blocks, retriever = _warm_start(cfg, store)
+        warm = run_warm_reader(store, blocks.ref, cfg.pretrain, progress=RichProgress())
+        reader = baseline_reader(warm.ref if warm is not None else None, cfg.pretrain)
         spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress()) if "realm" in systems else None
         start = _pretrain_retriever(cfg, store, blocks, spans) if spans is not None else None
         questions = run_load_questions(store, cfg.questions)
@@ -50,7 +52,7 @@ def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -
         realm_ref = run_pretrain(store, blocks.ref, spans.ref, start, cfg.pretrain, cfg.masking, cfg.embed,
                                  cfg.index, RichProgress() if placement.is_main else NoProgress()).ref
     entries: list[tuple[Any, Any]] = []
-    for system in qa_systems(retriever.ref, realm_ref, cfg.embed, cfg.ict.encoder):
+    for system in qa_systems(retriever.ref, realm_ref, cfg.embed, reader):
         if system.key not in systems:
             continue
         if system.retrieval == "none":

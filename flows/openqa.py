@@ -14,8 +14,15 @@ from flows.settings import resolve
 from flows.warm_start import blocks_and_spans, warm_start_for
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import PipelineConfig
-from realm_core.openqa.qa_stage import SYSTEM_KEYS, QASystem, check_system_keys, qa_systems
+from realm_core.openqa.qa_stage import (
+    SYSTEM_KEYS,
+    QASystem,
+    baseline_reader,
+    check_system_keys,
+    qa_systems,
+)
 from tasks.openqa import evaluate_systems, finetune_system, load_questions
+from tasks.pretrain import warm_reader
 from tasks.retrieval import warm_start_ict
 
 
@@ -39,7 +46,9 @@ def _systems(keys: list[str], cfg: PipelineConfig, preset: str, root: str, block
                                      masking=cfg.masking, embed=cfg.embed, index=cfg.index,
                                      preset=preset, root=root)["ref"]
     questions: ArtifactRef = load_questions(cfg.questions, root)["ref"]
-    systems = [s for s in qa_systems(retriever, realm_model, cfg.embed, cfg.ict.encoder) if s.key in keys]
+    warm = warm_reader(blocks, cfg.pretrain, root)  # cached: REALM pretraining starts from it too
+    reader = baseline_reader(warm["ref"] if warm is not None else None, cfg.pretrain)
+    systems = [s for s in qa_systems(retriever, realm_model, cfg.embed, reader) if s.key in keys]
     return blocks, questions, systems
 
 

@@ -6,10 +6,15 @@ A system is a retriever + a reader start:
 
 | system          | retrieval                      | reader starts from              |
 |-----------------|--------------------------------|---------------------------------|
-| no retrieval    | none (null block only)         | the bundled encoder             |
-| BM25 + reader   | bm25s, uniform p(z|x)          | the bundled encoder             |
-| ICT (ORQA-like) | ICT encoders, index frozen     | the bundled encoder             |
+| no retrieval    | none (null block only)         | the baseline reader             |
+| BM25 + reader   | bm25s, uniform p(z|x)          | the baseline reader             |
+| ICT (ORQA-like) | ICT encoders, index frozen     | the baseline reader             |
 | REALM           | REALM's encoders, index frozen | REALM's knowledge-augm. encoder |
+
+The baseline reader plays BERT's part in the paper, where ORQA's reader starts from BERT and
+REALM's from BERT + REALM pretraining: it is the reader masked-LM warm-up that REALM pretraining
+itself starts from (`pretrain.reader_mlm`), or the bundled encoder where the preset has none.
+So a REALM gain over ICT is REALM pretraining's, not the warm-up's.
 
 Every trained system gets the same fine-tuning config (steps, batch, learning rate).
 """
@@ -25,7 +30,13 @@ from typing import Any, Literal
 import numpy as np
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
-from realm_core.config import BUNDLED_ENCODER, EmbedConfig, FinetuneConfig, OpenQAEvalConfig
+from realm_core.config import (
+    BUNDLED_ENCODER,
+    EmbedConfig,
+    FinetuneConfig,
+    OpenQAEvalConfig,
+    PretrainConfig,
+)
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError, InputError
 from realm_core.openqa.answers import exact_match
@@ -87,7 +98,8 @@ def check_system_keys(keys: list[str]) -> list[str]:
 
 def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed: EmbedConfig,
                encoder: str = BUNDLED_ENCODER) -> list[QASystem]:
-    """The Table 1 rows that the given artifacts allow, in order of expected strength."""
+    """The Table 1 rows that the given artifacts allow, in order of expected strength; `encoder`
+    is the baseline reader (see the module docstring)."""
     systems = [QASystem("none", "no retrieval", "none", encoder,
                         note="extractive reader, no block: nothing to extract"),
                QASystem("bm25", "BM25 + reader", "bm25", encoder)]
@@ -98,6 +110,14 @@ def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed
         systems.append(QASystem("realm", "REALM", "dense", f"{realm_ref.path}/reader", f"{realm_ref.path}/query_encoder",
                                 embed.model_copy(update={"doc_encoder": f"{realm_ref.path}/doc_encoder"})))
     return systems
+
+
+def baseline_reader(warm_reader: ArtifactRef | None, pretrain: PretrainConfig) -> str:
+    """The BERT directory the baselines' span readers start from: the reader masked-LM warm-up's
+    (`warm_reader`, the run_warm_reader artifact) or, without one, REALM's reader encoder."""
+    from realm_core.pretrain.reader_mlm import reader_mlm_dir
+
+    return reader_mlm_dir(warm_reader) if warm_reader is not None else pretrain.reader_encoder
 
 
 def load_questions(store: ArtifactStore, questions_ref: ArtifactRef, dataset: str, split: str,
@@ -277,7 +297,8 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
                       "score": p.score, "correct": c, "answer_retrieved": r, "answerable": a,
                       "block_ids": p.block_ids}
                      for q, p, c, r, a in zip(qs, preds, correct, retrieved, in_corpus[d], strict=True)]
-    specs = [{"name": s.name, "note": s.note, "fine_tuned": m is not None} for s, m in entries]
+    specs = [{"name": s.name, "note": s.note, "fine_tuned": m is not None, "reader_start": s.reader}
+             for s, m in entries]
     report = results_markdown(results, specs, finetune_config)
     stats = {f"{d} EM {s}": round(m["EM"], 4) for d, r in results.items() for s, m in r["systems"].items()}
     with store.write(EVAL_KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),

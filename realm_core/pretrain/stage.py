@@ -51,6 +51,19 @@ def _heldout(doc_id: str, every: int) -> bool:
     return int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) % every == 0
 
 
+def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: PretrainConfig,
+                    placement: Placement | None = None, progress: Progress | None = None) -> StageResult | None:
+    """The reader's masked-LM warm-up (`pretrain.reader_mlm`) over the blocks of the articles that
+    are not held out: one cached artifact that REALM, null-only and the open-QA baselines' span
+    readers all start from. None when the warm-up is off (steps 0: the reader encoder ships its
+    own MLM pretraining, like bert-base-uncased)."""
+    if config.reader_mlm.steps <= 0:
+        return None
+    return run_reader_mlm(store, blocks_ref, config.reader_mlm, config.reader_encoder,
+                          lambda doc: _heldout(doc, config.heldout_every),
+                          f"sha256(doc_id) % {config.heldout_every}", placement, progress)
+
+
 def _vocab_hash(spec: str) -> str:
     vocab = load_tokenizer(spec).get_vocab()
     return hashlib.sha256("\n".join(sorted(vocab, key=vocab.__getitem__)).encode()).hexdigest()
@@ -114,10 +127,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
                           f"{placement.world_size} ranks")
     query_encoder, doc_encoder = _encoders(config, retriever_ref)
     reader_source, warmup_stats, warmup_report = config.reader_encoder, None, ""
-    if config.reader_mlm.steps > 0:  # the same warmed reader for REALM and null-only: one artifact
-        warmup = run_reader_mlm(store, blocks_ref, config.reader_mlm, config.reader_encoder,
-                                lambda doc: _heldout(doc, config.heldout_every),
-                                f"sha256(doc_id) % {config.heldout_every}", placement, progress)
+    if (warmup := run_warm_reader(store, blocks_ref, config, placement, progress)) is not None:
         reader_source = reader_mlm_dir(warmup.ref)
         warmup_stats = {"artifact": warmup.ref.path, "cached": warmup.cached, **warmup.stats}
         warmup_report = warmup.report + "\n\n"

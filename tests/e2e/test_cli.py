@@ -103,6 +103,9 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, 
     squad = result["results"]["squad-open"]
     assert set(squad["systems"]) == {"no retrieval", "BM25 + reader"} and squad["questions"] == 12
     assert squad["systems"]["no retrieval"] == {"EM": 0.0, "EM answerable": 0.0, "R@2": 0.0}
+    # the baselines' span readers start from the reader masked-LM warm-up REALM starts from
+    warm_up = next((tmp_path / "art" / "reader_mlm").iterdir())
+    assert {s["reader_start"] for s in result["systems"]} == {str(warm_up / "reader")}
     predictions = next((tmp_path / "art" / "openqa_eval").iterdir()) / "openqa_predictions"
     assert any(predictions.glob("*.parquet"))
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
