@@ -2,7 +2,13 @@
 exclusion, relevance recomputed with the document encoder, reader over B x K sequences,
 marginal likelihood, backward) against the bare reader forward + backward on the very same
 B x K reader inputs with a plain mean token loss and no retrieval: the peer, measured in this
-run. Both with the demo preset's sizes; the overhead is the retriever's share of a step.
+run. The overhead is the retriever's share of a step, and it depends on the shapes, so both are
+timed on the demo corpus with its ICT encoders and index:
+
+- demo: the demo preset's sizes (k=4 with the null block, reader 128, blocks cut to 128,
+  queries of 64 wordpieces);
+- paper: REALM's per-example shapes (k=8, reader 384, whole 288-wordpiece blocks re-embedded,
+  queries of 96), with the demo's batch of 8 examples (a step's cost is linear in the batch).
 
     .venv/bin/python bench/pretrain_step.py [--steps 5] [--root work/artifacts]
 """
@@ -44,6 +50,40 @@ sys.path.insert(0, str(ROOT / "bench"))
 from peers import bare_reader_loss, write_result  # noqa: E402
 
 
+def time_modes(models, optimizer, handle, data, config, batches):  # type: ignore[no-untyped-def]
+    """Seconds of each timed step: REALM with relevance recomputed, the bare reader on that
+    step's own reader inputs, and REALM with the index's vectors (after a warm-up of each)."""
+
+    def realm_step(batch, config=config):  # type: ignore[no-untyped-def]
+        optimizer.zero_grad()
+        out, reader_batch, _ = realm_forward(models, batch, handle, data, config)
+        out.loss.backward()
+        optimizer.step()
+        return reader_batch
+
+    def bare_reader_step(reader_batch):  # type: ignore[no-untyped-def]
+        optimizer.zero_grad()
+        bare_reader_loss(models.reader, reader_batch).backward()
+        optimizer.step()
+
+    stale = config.model_copy(update={"relevance": "index"})
+    bare_reader_step(realm_step(batches[0]))  # warm-ups
+    realm_step(batches[0], stale)
+    times: dict[str, list[float]] = {"recompute": [], "index": [], "bare": []}
+    for batch in batches[1:]:  # interleaved, so a noisy neighbour slows all three alike
+        t0 = time.perf_counter()
+        reader_batch = realm_step(batch)
+        t1 = time.perf_counter()
+        bare_reader_step(reader_batch)  # the peer: the very same B x K reader inputs
+        t2 = time.perf_counter()
+        realm_step(batch, stale)
+        t3 = time.perf_counter()
+        times["recompute"].append(t1 - t0)
+        times["bare"].append(t2 - t1)
+        times["index"].append(t3 - t2)
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=5, help="timed steps of each (after one warm-up step)")
@@ -61,56 +101,34 @@ def main() -> None:
     index, _ = load_index(store, cfg.ict.steps)
     tok = load_tokenizer(p.reader_encoder)
     art = store.open(blocks.ref)
-    examples = list(iter_examples(art, store.open(spans.ref), cfg.masking, tok))
-    data = PretrainData(examples, [], BlockTexts.from_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"])), tok)
+    block_texts = BlockTexts.from_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
     models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(p.reader_encoder, dropout=p.dropout),
                          RetrieverEncoder.from_pretrained(query_encoder_dir(ict.ref), dropout=p.dropout),
                          RetrieverEncoder.from_pretrained(doc_encoder_dir(ict.ref), dropout=p.dropout))
     optimizer = adamw([models.reader, models.query_encoder, models.doc_encoder], p.learning_rate, p.weight_decay)
     handle = IndexHandle(index, cfg.ict.steps)
-    rng = np.random.default_rng(0)
-    batches = [[examples[i] for i in rng.choice(len(examples), p.batch_size, replace=False)]
-               for _ in range(args.steps + 1)]
-
-    def realm_step(batch, config=p):  # type: ignore[no-untyped-def]
-        optimizer.zero_grad()
-        out, reader_batch, _ = realm_forward(models, batch, handle, data, config)
-        out.loss.backward()
-        optimizer.step()
-        return reader_batch
-
-    def bare_reader_step(reader_batch):  # type: ignore[no-untyped-def]
-        optimizer.zero_grad()
-        bare_reader_loss(models.reader, reader_batch).backward()
-        optimizer.step()
-
-    inputs = [realm_step(batches[0])]  # warm-up, and the reader inputs the peer reuses
-    times: dict[str, list[float]] = {"recompute": [], "index": [], "bare": []}
-    for batch in batches[1:]:
-        t0 = time.perf_counter()
-        inputs.append(realm_step(batch))
-        times["recompute"].append(time.perf_counter() - t0)
-    stale = p.model_copy(update={"relevance": "index"})
-    realm_step(batches[0], stale)  # warm-up
-    for batch in batches[1:]:
-        t0 = time.perf_counter()
-        realm_step(batch, stale)
-        times["index"].append(time.perf_counter() - t0)
-    bare_reader_step(inputs[0])  # warm-up
-    for reader_batch in inputs[1:]:
-        t0 = time.perf_counter()
-        bare_reader_step(reader_batch)
-        times["bare"].append(time.perf_counter() - t0)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    result = {"preset": "demo", "machine": platform.machine(), "threads": torch.get_num_threads(),
-              "batch_size": p.batch_size, "top_k": p.top_k, "reader_length": p.reader_length,
-              "doc_length": p.doc_length, "steps": args.steps, "bare_reader_step_s": med["bare"],
-              "modes": {mode: {"step_s": med[mode], "overhead": med[mode] / med["bare"] - 1.0}
-                        for mode in ("recompute", "index")},
-              "times": times}
-    for mode in ("recompute", "index"):
-        print(f"REALM step, relevance={mode}: {med[mode]:.2f} s vs bare reader {med['bare']:.2f} s: "
-              f"overhead {100 * result['modes'][mode]['overhead']:.0f}%")
+    shapes = {"demo": (p, cfg.masking),
+              "paper": (p.model_copy(update={"top_k": 8, "reader_length": 384, "doc_length": 288}),
+                        cfg.masking.model_copy(update={"query_length": 96}))}
+    result: dict[str, object] = {"preset": "demo", "machine": platform.machine(), "threads": torch.get_num_threads(),
+                                 "steps": args.steps, "shapes": {}}
+    for name, (config, masking) in shapes.items():
+        examples = list(iter_examples(art, store.open(spans.ref), masking, tok))
+        data = PretrainData(examples, [], block_texts, tok)
+        rng = np.random.default_rng(0)
+        batches = [[examples[i] for i in rng.choice(len(examples), config.batch_size, replace=False)]
+                   for _ in range(args.steps + 1)]
+        times = time_modes(models, optimizer, handle, data, config, batches)
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        shape = {"batch_size": config.batch_size, "top_k": config.top_k, "reader_length": config.reader_length,
+                 "doc_length": config.doc_length, "query_length": masking.query_length,
+                 "bare_reader_step_s": med["bare"],
+                 "modes": {mode: {"step_s": med[mode], "overhead": med[mode] / med["bare"] - 1.0}
+                           for mode in ("recompute", "index")}, "times": times}
+        result["shapes"][name] = shape  # type: ignore[index]
+        for mode in ("recompute", "index"):
+            print(f"{name} shapes, REALM step, relevance={mode}: {med[mode]:.2f} s vs bare reader "
+                  f"{med['bare']:.2f} s: overhead {100 * shape['modes'][mode]['overhead']:.0f}%")  # type: ignore[index]
     write_result("pretrain_step", result)
 
 

@@ -162,12 +162,20 @@ def pretrain_table(result: dict) -> str:
 
 
 def pretrain_step_table(result: dict) -> str:
-    lines = [f"| step (demo sizes: {result['batch_size']} examples x k={result['top_k']}, reader "
-             f"{result['reader_length']} tokens, blocks {result['doc_length']}) | seconds | overhead vs peer |",
-             "|---|---:|---:|",
-             f"| bare reader forward + backward on the same B x K inputs (peer) | {result['bare_reader_step_s']:.2f} | - |"]
-    for mode, m in result["modes"].items():
-        lines.append(f"| REALM step, relevance `{mode}` | {m['step_s']:.2f} | **{100 * m['overhead']:+.0f}%** |")
+    shapes = result["shapes"]
+    names = list(shapes)
+    lines = ["| step | " + " | ".join(
+        f"{n} shapes: k={s['top_k']}, reader {s['reader_length']}, blocks {s['doc_length']}, queries "
+        f"{s['query_length']}, {s['batch_size']} examples: seconds (overhead vs peer)" for n, s in shapes.items()) + " |",
+        "|---|" + "---:|" * len(names),
+        "| bare reader forward + backward on the same B x K inputs (peer) | "
+        + " | ".join(f"{shapes[n]['bare_reader_step_s']:.2f} (-)" for n in names) + " |"]
+    for mode in ("recompute", "index"):
+        lines.append(f"| REALM step, relevance `{mode}` | " + " | ".join(
+            f"{shapes[n]['modes'][mode]['step_s']:.2f} (**{100 * shapes[n]['modes'][mode]['overhead']:+.0f}%**)"
+            for n in names) + " |")
+    lines += ["", f"Median of {result['steps']} interleaved steps each, after a warm-up; {result['threads']} "
+              f"threads on {result['machine']}."]
     return "\n".join(lines)
 
 
