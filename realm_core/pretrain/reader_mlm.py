@@ -184,10 +184,7 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_wordpiece_accuracy": round(sum(r["wordpiece_accuracy"] for r in tail) / len(tail), 4),
              "wall_seconds": round(time.perf_counter() - t0, 1)}
-    every = max(1, len(curve) // 10)
-    report = ("### Reader masked-LM warm-up\n\n"
-              + curve_markdown([r for r in curve if int(r["step"]) % every == 0 or r is curve[-1]],
-                               ("step", "loss", "wordpiece_accuracy")))
+    report = "### Reader masked-LM warm-up\n\n" + curve_markdown(curve, ("step", "loss", "wordpiece_accuracy"))
     with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
                      inputs=inputs, replace=force) as out:
         reader.cpu().save_pretrained(out.tmp / "reader")
