@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from flows.progress_bar import RichProgress, console
 from realm_core.errors import RealmError
@@ -34,7 +35,7 @@ app = typer.Typer(
 data_app = typer.Typer(help="The data sources registry (data/sources.yaml): list and fetch.",
                        no_args_is_help=True)
 app.add_typer(data_app, name="data")
-out = Console()
+out = Console(markup=False)  # reports and values hold user text: print it as it is
 
 Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (laptop), paper")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
@@ -50,7 +51,8 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except RealmError as e:
-        console.print(f"[bold red]error:[/] {e}")
+        # the message names user files and values verbatim: never read as Rich markup
+        console.print(Text.assemble(("error:", "bold red"), f" {e}"), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -99,40 +101,52 @@ def relaunch_under_torchrun(nproc: int) -> None:
                               f"--nproc-per-node={nproc}", "-m", "flows.cli", *args])
 
 
+Workers = Annotated[int | None, typer.Option(help="processes cleaning wikitext (ingest.workers)")]
+Sources = Annotated[list[str] | None, typer.Option(
+    "--source", help="KIND:PATH replacing the preset's sources (repeatable); KIND is one of "
+                     "wikipedia, squad, dpr_json, dpr_tsv, jsonl")]
+
+
+def _ingest_overrides(overrides: list[str] | None, workers: int | None, source: list[str] | None) -> list[str]:
+    """--set items plus what --workers and --source say, as ingest.* overrides."""
+    sets = list(overrides or [])
+    if workers is not None:
+        sets.append(f"ingest.workers={workers}")
+    if source:
+        specs = []
+        for s in source:
+            kind, sep, path = s.partition(":")
+            if not sep:
+                raise RealmError(f"--source {s!r}: expected KIND:PATH")
+            specs.append({"kind": kind, "path": str(Path(path).resolve())})
+        sets.append(f"ingest.sources={json.dumps(specs)}")
+    return sets
+
+
+def _documents(cfg: PipelineConfig, store: ArtifactStore, dask: str | None, force: bool) -> tuple[Any, bool, dict[str, Any]]:
+    """(ref, cached, stats) of the documents stage, in this process or fanned out over Dask."""
+    from realm_core.ingest.stage import run_ingest
+
+    if dask:
+        from flows.fanout import dask_runner, ingest_corpus_dask
+
+        fanned = ingest_corpus_dask.with_options(task_runner=dask_runner(dask))(cfg.ingest, store.url, force)
+        return fanned["ref"], fanned["cached"], fanned["stats"]
+    result = run_ingest(store, cfg.ingest, RichProgress(), force=force)
+    return result.ref, result.cached, result.stats
+
+
 @app.command()
 def ingest(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-           root: Root = None, force: Force = False, dask: Dask = None,
-           workers: Annotated[int | None, typer.Option(help="processes cleaning wikitext")] = None,
-           source: Annotated[list[str] | None, typer.Option(
-               help="KIND:PATH replacing the preset's sources (repeatable); KIND is one of "
-                    "wikipedia, squad, dpr_json, dpr_tsv, jsonl")] = None) -> None:
+           root: Root = None, force: Force = False, dask: Dask = None, workers: Workers = None,
+           source: Sources = None) -> None:
     """Corpora -> [bold]documents[/]: stream Wikipedia dumps (.xml/.xml.bz2), SQuAD JSON, DPR passages or JSONL; keep namespace-0 articles, count redirects and disambiguation pages.
 
     Examples: realm ingest --source wikipedia:enwiki-latest-pages-articles.xml.bz2 --workers 8
               realm ingest --source wikipedia:pages-articles1.xml.bz2 --source wikipedia:pages-articles2.xml.bz2 --dask local:2"""
-    from realm_core.ingest.stage import run_ingest
-
     with _errors():
-        sets = list(overrides or [])
-        if workers is not None:
-            sets.append(f"ingest.workers={workers}")
-        if source:
-            specs = []
-            for s in source:
-                kind, sep, path = s.partition(":")
-                if not sep:
-                    raise RealmError(f"--source {s!r}: expected KIND:PATH")
-                specs.append({"kind": kind, "path": str(Path(path).resolve())})
-            sets.append(f"ingest.sources={json.dumps(specs)}")
-        cfg, store = _setup(preset, config, sets, root)
-        if dask:
-            from flows.fanout import dask_runner, ingest_corpus_dask
-
-            fanned = ingest_corpus_dask.with_options(task_runner=dask_runner(dask))(cfg.ingest, store.url, force)
-            _report("documents", fanned["ref"], fanned["cached"], fanned["stats"])
-            return
-        result = run_ingest(store, cfg.ingest, RichProgress(), force=force)
-        _report("documents", result.ref, result.cached, result.stats)
+        cfg, store = _setup(preset, config, _ingest_overrides(overrides, workers, source), root)
+        _report("documents", *_documents(cfg, store, dask, force))
 
 
 def _blocks(cfg: PipelineConfig, store: ArtifactStore) -> Any:
@@ -167,17 +181,18 @@ def _pretrain_retriever(cfg: PipelineConfig, store: ArtifactStore, blocks: Any, 
 
 @app.command()
 def chunk(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-          root: Root = None, force: Force = False) -> None:
-    """documents -> [bold]blocks[/] `[CLS] title [SEP] body [SEP]` of at most chunk.max_wordpieces (REALM: 288) wordpieces, cut at sentence ends where possible.
+          root: Root = None, force: Force = False, dask: Dask = None, workers: Workers = None,
+          source: Sources = None) -> None:
+    """documents -> [bold]blocks[/] `[CLS] title [SEP] body [SEP]` of at most chunk.max_wordpieces (REALM: 288) wordpieces, cut at sentence ends where possible. Ingests first through the cache, with ingest's options (--source, --workers, --dask).
 
-    Example: realm chunk --preset demo --set chunk.max_wordpieces=128"""
+    Examples: realm chunk --preset demo --set chunk.max_wordpieces=128
+              realm chunk --source jsonl:my_corpus.jsonl"""
     from realm_core.blocks import run_chunk
-    from realm_core.ingest.stage import run_ingest
 
     with _errors():
-        cfg, store = _setup(preset, config, overrides, root)
-        docs = run_ingest(store, cfg.ingest, RichProgress())
-        result = run_chunk(store, docs.ref, cfg.chunk, RichProgress(), force=force)
+        cfg, store = _setup(preset, config, _ingest_overrides(overrides, workers, source), root)
+        docs, _, _ = _documents(cfg, store, dask, force=False)  # --force recomputes the blocks only
+        result = run_chunk(store, docs, cfg.chunk, RichProgress(), force=force)
         _report("blocks", result.ref, result.cached, result.stats)
 
 

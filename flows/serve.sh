@@ -14,20 +14,55 @@ export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_API_URL=http://127.0.0.1:$port/api
 mkdir -p "$PREFECT_HOME"
 
+# A process counts as running unless it is gone or a zombie (nothing may reap it here).
+running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]; }
+# The process, everything in its process group and session (flow runs the worker started), and
+# every descendant that left them.
+family() {
+  local p
+  echo "$1"; pgrep -g "$1" 2>/dev/null || true; pgrep -s "$1" 2>/dev/null || true
+  for p in $(pgrep -P "$1" 2>/dev/null); do family "$p"; done
+}
+alive_of() { local p; for p in "$@"; do running "$p" && echo "$p"; done | sort -un; }
+
+# SIGTERM to the whole family, 10 s grace, then SIGKILL to whatever is left; says what happened
+# and fails if anything still runs.
 stop_pid() {
-  local f=$state/$1.pid
-  if [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null; then
-    kill -- "-$(cat "$f")" 2>/dev/null || kill "$(cat "$f")"
-    for _ in $(seq 50); do kill -0 "$(cat "$f")" 2>/dev/null || break; sleep 0.2; done
-    echo "stopped $1 (pid $(cat "$f"))"
+  local f=$state/$1.pid pid pids left
+  [[ -f $f ]] || return 0
+  pid=$(cat "$f")
+  if ! running "$pid"; then
+    echo "$1 (pid $pid) was not running"; rm -f "$f"; return 0
   fi
+  pids=$(family "$pid" | sort -un)
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  kill -TERM $pids 2>/dev/null || true
+  for _ in $(seq 50); do
+    left=$(alive_of $pids)
+    [[ -z $left ]] && break
+    sleep 0.2
+  done
+  if [[ -n $left ]]; then
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.5
+    echo "$1 (pid $pid): $(wc -w <<<"$left") process(es) ignored SIGTERM for 10 s and were killed"
+  fi
+  left=$(alive_of $pids)
+  if [[ -n $left ]]; then
+    echo "could not stop $1: pids $(tr '\n' ' ' <<<"$left")still running" >&2
+    return 1
+  fi
+  echo "stopped $1 (pid $pid, $(wc -w <<<"$pids") process(es))"
   rm -f "$f"
 }
 
 case $action in
 stop)
-  stop_pid worker
-  stop_pid server
+  status=0
+  stop_pid worker || status=1
+  stop_pid server || status=1
+  exit $status
   ;;
 start)
   if [[ -f $state/server.pid ]] && kill -0 "$(cat "$state/server.pid")" 2>/dev/null; then

@@ -29,3 +29,31 @@ class ArtifactError(RealmError):
 
 class ConfigError(RealmError):
     """A configuration value or override is invalid."""
+
+
+def unreadable_input(path: object, expected: str, error: OSError) -> InputError:
+    """The one place an OS error on a user's input file becomes an InputError: the file, what
+    the stage expected there, and the cause in words (no traceback)."""
+    if isinstance(error, IsADirectoryError):
+        found = "a directory"
+    elif isinstance(error, FileNotFoundError):
+        found = "no such file"
+    elif isinstance(error, PermissionError):
+        found = "a file this user may not read (permission denied)"
+    else:
+        found = f"an unreadable file ({error.strerror or type(error).__name__})"
+    return InputError(path, expected, found=found)
+
+
+def check_input_file(path: object, expected: str) -> None:
+    """Raise `unreadable_input`'s error unless `path` is a regular file this process can open."""
+    from pathlib import Path
+
+    p = Path(str(path))
+    try:
+        if p.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(p))
+        with p.open("rb"):
+            pass
+    except OSError as e:
+        raise unreadable_input(p, expected, e) from None

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from realm_core.errors import InputError
+from realm_core.errors import InputError, unreadable_input
 
 Document = dict[str, Any]
 DPR_CTX_KEYS = ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs")
@@ -26,8 +26,8 @@ def _load_json(path: Path, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except FileNotFoundError:
-        raise InputError(path, what, found="no such file") from None
+    except OSError as e:
+        raise unreadable_input(path, what, e) from None
     except json.JSONDecodeError as e:
         raise InputError(path, what, position=f"line {e.lineno}, column {e.colno}",
                          found=e.msg) from None
@@ -97,8 +97,8 @@ def read_dpr_tsv(path: Path, source: str) -> Iterator[Document]:
                                      found=f"{len(row)} fields")
                 n += 1
                 yield _doc(source, row[0], row[2], row[1].strip().strip('"'), path)
-    except FileNotFoundError:
-        raise InputError(path, "DPR passages TSV", found="no such file") from None
+    except OSError as e:
+        raise unreadable_input(path, "DPR passages TSV", e) from None
     if n == 0:
         raise InputError(path, "at least one passage line", found="only a header")
 
@@ -125,7 +125,7 @@ def read_jsonl(path: Path, source: str) -> Iterator[Document]:
                 text = _require(obj, "text", path, pos, str)
                 n += 1
                 yield _doc(source, doc_id, title, text.strip(), path)
-    except FileNotFoundError:
-        raise InputError(path, "a JSONL file", found="no such file") from None
+    except OSError as e:
+        raise unreadable_input(path, "a JSONL file", e) from None
     if n == 0:
         raise InputError(path, "at least one JSON line", found="an empty file")

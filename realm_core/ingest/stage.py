@@ -31,7 +31,7 @@ from realm_core.artifacts import (
     sha256_file,
 )
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
-from realm_core.errors import RealmError
+from realm_core.errors import RealmError, check_input_file
 from realm_core.ingest import corpora
 from realm_core.ingest.wikipedia import RawPage, iter_pages
 from realm_core.jobs import in_job_order
@@ -131,9 +131,9 @@ def input_hashes(config: IngestConfig) -> dict[str, str]:
     hashes = {}
     for i, spec in enumerate(config.sources):
         path = resolve_data_path(spec.path)
-        if not path.is_file():
-            raise RealmError(f"{path}: source #{i} ({spec.kind}) does not exist"
-                             + (" (is REALM_DATA_DIR set?)" if spec.path.startswith("data:") else ""))
+        if spec.path.startswith("data:") and not path.exists():
+            raise RealmError(f"{path}: source #{i} ({spec.kind}) does not exist (is REALM_DATA_DIR set?)")
+        check_input_file(path, f"a {spec.kind} source file (source #{i})")
         hashes[f"source{i}:{path.name}"] = sha256_file(path)
     return hashes
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-from realm_core.errors import InputError
+from realm_core.errors import InputError, check_input_file, unreadable_input
 
 PageKind = Literal["article", "redirect", "disambiguation", "other_namespace"]
 
@@ -59,7 +59,10 @@ def _local(tag: str) -> str:
 
 
 def _open(path: Path, bz2_threads: int) -> tuple[IO[bytes], IO[bytes]]:
-    raw = open(path, "rb")
+    try:
+        raw = open(path, "rb")
+    except OSError as e:
+        raise unreadable_input(path, "a MediaWiki XML dump file", e) from None
     if path.suffix != ".bz2":
         return raw, raw
     if raw.read(3) != b"BZh":
@@ -85,8 +88,7 @@ def _compressed_position(stream: IO[bytes], raw: IO[bytes]) -> str:
 def iter_pages(path: str | Path, bz2_threads: int = 1) -> Iterator[RawPage]:
     """Yield every `<page>` of a dump, in order. Bad input raises InputError naming the position."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "a MediaWiki XML dump file", found="no such file")
+    check_input_file(path, "a MediaWiki XML dump file")
     raw, stream = _open(path, bz2_threads)
     pages = 0
     try:
@@ -111,10 +113,12 @@ def iter_pages(path: str | Path, bz2_threads: int = 1) -> Iterator[RawPage]:
         raise InputError(path, "well-formed MediaWiki XML", position=f"line {line}, column {col}",
                          found=str(e).split(":")[0]) from None
     except (EOFError, RuntimeError, ValueError, OSError) as e:
-        # libbz2 says EOFError, indexed_bzip2 a RuntimeError, for a stream cut short
+        # libbz2 says EOFError, indexed_bzip2 a RuntimeError ("std::exception"), for a stream
+        # cut short: the position says where; the library's words only when they say something
+        said = str(e).strip()
+        detail = f" ({said})" if said and "std::exception" not in said else ""
         raise InputError(path, "a complete bz2 stream", position=_compressed_position(stream, raw),
-                         found=f"the file ends early or is corrupt after {pages} pages "
-                               f"({type(e).__name__}: {e})") from None
+                         found=f"the file ends early or is corrupt after {pages} pages{detail}") from None
     finally:
         stream.close()
         raw.close()

@@ -2,7 +2,8 @@
 
 Two passes. First a linear scan drops what never carries article prose and is most of the parse
 cost: the appendix sections (See also, References, External links, ...), comments, <ref>
-footnotes, templates `{{...}}` and tables `{|...|}` (nesting-aware). Then mwparserfromhell's C
+footnotes, tables, and templates except those whose text is prose (`wikitemplates`); bold and
+italic quotes are resolved as MediaWiki does. Then mwparserfromhell's C
 tokenizer reads the remainder: links become their anchor text, File/Image/Category links vanish,
 formatting tags keep their contents, headings become paragraph breaks.
 """
@@ -16,6 +17,8 @@ from typing import Any
 from mwparserfromhell.parser import tokens as T
 from mwparserfromhell.parser._tokenizer import CTokenizer
 
+from realm_core.ingest.wikitemplates import render_braces, resolve_quotes
+
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _REF = re.compile(r"<ref\b[^>/]*/>|<ref\b[^>]*>.*?</ref\s*>", re.DOTALL | re.IGNORECASE)
 _DROP_TAG_BLOCKS = re.compile(
@@ -26,11 +29,9 @@ _APPENDIX = re.compile(
     r"^==+\s*(?:see also|notes|references|further reading|external links|bibliography|sources|"
     r"footnotes|citations|notes and references|references and notes|works cited)\s*==+\s*$",
     re.IGNORECASE | re.MULTILINE)
-_BRACES = re.compile(r"\{\{|\}\}|\{\||\|\}")
 _MAGIC = re.compile(r"__[A-Z]+__")
 _FILE_LINK = re.compile(r"\[\[\s*(?:file|image|media)\s*:", re.IGNORECASE)
 _BRACKETS = re.compile(r"\[\[|\]\]")
-_STYLE_QUOTES = re.compile(r"''+")
 _DROP_LINK_NS = ("file:", "image:", "category:", "media:", "wikt:", "wiktionary:", "s:", "commons:")
 _INTERLANG = re.compile(r"^[a-z]{2,3}(-[a-z]+)?:")
 _KEEP_TAGS = {"b", "i", "u", "s", "em", "strong", "small", "big", "span", "sub", "sup", "abbr",
@@ -53,30 +54,6 @@ _CLOSERS = {T.WikilinkClose: "link", T.ExternalLinkClose: "extlink", T.TemplateC
 _DROPPED_KINDS = {"template", "argument", "comment", "heading", "extlink_url"}
 
 
-def drop_nested_braces(text: str) -> str:
-    """Remove every `{{...}}` template and `{|...|}` table, however deeply nested."""
-    out: list[str] = []
-    stack: list[str] = []
-    start = pos = 0
-    while m := _BRACES.search(text, pos):
-        tok, at = m.group(), m.start()
-        if tok == "|}" and stack and stack[-1] == "{{" and text.startswith("}}", at + 1):
-            tok, at = "}}", at + 1  # `{{name|}}`: an empty last parameter, not a table end
-        pos = at + 2
-        if tok in ("{{", "{|"):
-            if not stack:
-                out.append(text[start:at])
-            stack.append(tok)
-        elif stack and stack[-1] == ("{{" if tok == "}}" else "{|"):
-            stack.pop()
-            if not stack:
-                start = pos
-    if not stack:
-        out.append(text[start:])
-    # An unclosed template swallows the rest of the page, as MediaWiki would render it broken.
-    return "".join(out)
-
-
 def drop_file_links(text: str) -> str:
     """Remove `[[File:...]]` and `[[Image:...]]` with their captions, nested links included.
 
@@ -93,11 +70,6 @@ def drop_file_links(text: str) -> str:
         pos = scan if depth == 0 else len(text)
     out.append(text[pos:])
     return "".join(out)
-
-
-def _quotes(m: re.Match[str]) -> str:
-    # An unbalanced bold/italic run, as in ''Iliad'''s: an odd run keeps one apostrophe.
-    return "'" if len(m.group()) % 2 else ""
 
 
 class _Frame:
@@ -220,11 +192,11 @@ def clean_wikitext(wikitext: str) -> str:
         text = text[: appendix.start()]
     text = _REF.sub("", text)
     text = _DROP_TAG_BLOCKS.sub("", text)
-    text = drop_nested_braces(text)
+    text = render_braces(text)
     text = drop_file_links(text)
-    text = _MAGIC.sub("", text)
+    text = resolve_quotes(_MAGIC.sub("", text))
     plain = render_tokens(CTokenizer().tokenize(text, 0, False))
-    return normalise_whitespace(_STYLE_QUOTES.sub(_quotes, plain))
+    return normalise_whitespace(plain)
 
 
 def normalise_whitespace(text: str) -> str:

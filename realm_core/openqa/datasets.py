@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from realm_core.errors import InputError
+from realm_core.errors import InputError, unreadable_input
 from realm_core.openqa.questions import Question, QuestionSet
 
 
@@ -38,8 +38,8 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             for number, line in enumerate(f, 1):
                 if line.strip():
                     yield number, line.rstrip("\n")
-    except FileNotFoundError:
-        raise InputError(path, "a question file", found="no such file") from None
+    except OSError as e:
+        raise unreadable_input(path, "a question file", e) from None
     except UnicodeDecodeError as e:
         raise InputError(path, "UTF-8 text", found=str(e)) from None
 
@@ -120,8 +120,8 @@ def web_questions(path: Path, name: str = "webquestions") -> QuestionSet:
     expected = 'a JSON list of {"qId", "qText", "answers": [...]}'
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, expected, found="no such file") from None
+    except OSError as e:
+        raise unreadable_input(path, expected, e) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, expected, position=f"line {getattr(e, 'lineno', 1)}",
                          found=f"invalid JSON ({e})") from None

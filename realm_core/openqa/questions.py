@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from realm_core.errors import InputError
+from realm_core.errors import InputError, unreadable_input
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ def _json(path: Path, expected: str) -> Any:
     try:
         with path.open(encoding="utf-8") as f:
             return json.load(f)
-    except FileNotFoundError:
-        raise InputError(path, expected, found="no such file") from None
+    except OSError as e:
+        raise unreadable_input(path, expected, e) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, expected, found=f"invalid JSON ({e})") from None
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactStore, StageResult, artifact_key, code_version, sha256_file
 from realm_core.config import QuestionsConfig, QuestionSource, resolve_data_path
-from realm_core.errors import ConfigError
+from realm_core.errors import ConfigError, check_input_file
 from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions
 from realm_core.openqa.questions import QuestionSet, squad_questions
 
@@ -27,8 +27,12 @@ def read_source(source: QuestionSource) -> QuestionSet:
 
 
 def run_load_questions(store: ArtifactStore, config: QuestionsConfig) -> StageResult:
-    inputs = {f"{s.dataset}/{s.split}/{i}": sha256_file(resolve_data_path(s.path))
-              for i, s in enumerate(config.sources)} | {"code": code_version(CODE)}
+    inputs: dict[str, str] = {}
+    for i, s in enumerate(config.sources):
+        path = resolve_data_path(s.path)
+        check_input_file(path, f"a {s.kind} question file ({s.dataset}/{s.split})")
+        inputs[f"{s.dataset}/{s.split}/{i}"] = sha256_file(path)
+    inputs["code"] = code_version(CODE)
     key = artifact_key(config.config_hash(), inputs)
     if (hit := store.lookup(KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])

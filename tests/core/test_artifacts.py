@@ -113,6 +113,55 @@ def test_forced_rewrite_replaces(store: ArtifactStore) -> None:
     assert store.open(store.path("documents", "k")).rows("documents") == 3
 
 
+def test_forced_rewrite_never_leaves_the_key_without_an_artifact(store: ArtifactStore,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader in another process must find the old artifact or the new one at every moment of
+    a --force rerun: every rename the store makes leaves a published manifest in place (the
+    two-step move-aside-then-rename did not)."""
+    import realm_core.artifacts as artifacts
+
+    final = Path(_write(store, "k", 2))
+    gaps: list[str] = []
+    real_rename = artifacts.os.rename
+
+    def watched(src: object, dst: object) -> None:
+        real_rename(src, dst)
+        if not (final / "manifest.json").exists():
+            gaps.append(f"{src} -> {dst}")
+
+    monkeypatch.setattr(artifacts.os, "rename", watched)
+    for n in (3, 4):
+        with store.write("documents", "k", config={}, config_hash="c", inputs={}, replace=True) as w:
+            w.table("documents").write([_doc(i) for i in range(n)])
+        assert store.open(store.path("documents", "k")).rows("documents") == n
+    assert gaps == []
+    assert list((Path(store.root) / ".tmp").iterdir()) == []
+
+
+def test_stale_scratch_of_a_killed_process_is_swept(store: ArtifactStore) -> None:
+    """Temp directories of dead processes on this host go at the next write; those of live
+    processes (this one) and of other hosts stay."""
+    import os
+    import subprocess
+    import sys
+
+    from realm_core.artifacts import scratch_name
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    scratch = Path(store.root) / ".tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    mine = scratch_name("documents", "a")
+    host, _, _ = mine.split(".")[-3:]
+    stale = scratch / f"documents-b.{host}.{dead.stdout.strip()}.deadbeef"
+    live = scratch / f"documents-c.{host}.{os.getpid()}.cafef00d"
+    elsewhere = scratch / f"documents-d.otherhost.{dead.stdout.strip()}.0badc0de"
+    for d in (stale, live, elsewhere):
+        (d / "documents").mkdir(parents=True)
+    _write(store, "new", 1)
+    assert sorted(p.name for p in scratch.iterdir()) == sorted([live.name, elsewhere.name])
+
+
 def test_key_depends_on_config_and_inputs() -> None:
     k = artifact_key("c", {"a": "1", "b": "2"})
     assert k == artifact_key("c", {"b": "2", "a": "1"})

@@ -1,7 +1,7 @@
 import re
 from collections import Counter
 
-from realm_core.blocks import chunk_document, chunk_spans, sentence_starts
+from realm_core.blocks import chunk_document, chunk_spans, segments, sentence_starts
 from realm_core.config import BUNDLED_ENCODER
 from realm_core.encoders import load_tokenizer, load_wordpieces
 
@@ -37,3 +37,39 @@ def test_blocks_fit_and_partition_the_text() -> None:
         assert text[b["char_start"]:b["char_end"]] == b["text"]
         assert b["text"].endswith(".")  # every cut fell at a sentence end here
     assert re.sub(r"\s", "", "".join(b["text"] for b in blocks)) == re.sub(r"\s", "", text)
+
+
+def test_segments_cut_at_paragraphs_and_partition() -> None:
+    text = "aaaa bbbb\n\ncccc dddd\n\neeee"
+    assert segments(text, 12) == [(0, 11), (11, 22), (22, 26)]
+    assert segments("x" * 25, 10) == [(0, 10), (10, 20), (20, 25)]  # no break: a hard cut
+    assert segments("short", 10) == [(0, 5)]
+
+
+class _CountingBackend:
+    """The wordpiece backend, recording the longest text it was asked to encode."""
+
+    def __init__(self) -> None:
+        self.backend = load_wordpieces(BUNDLED_ENCODER)
+        self.longest = 0
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> object:
+        self.longest = max(self.longest, len(text))
+        return self.backend.encode(text, add_special_tokens=add_special_tokens)
+
+
+def test_a_huge_page_is_chunked_segment_by_segment() -> None:
+    """A page far longer than a segment is never encoded whole (memory is bounded per
+    segment), and its blocks still fit and partition the text."""
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    paragraphs = [" ".join(f"Paragraph {p} sentence {i} names Zanzibar." for i in range(12)) for p in range(40)]
+    text = "\n\n".join(paragraphs)
+    doc = {"doc_id": "d:2", "title": "Huge", "text": text}
+    counting, stats = _CountingBackend(), Counter()
+    blocks = list(chunk_document(counting, doc, 96, stats, segment_chars=2_000))
+    assert counting.longest <= 2_000 and stats["segmented_documents"] == 1
+    for b in blocks:
+        assert len(tok(b["title"], b["text"])["input_ids"]) == b["n_wordpieces"] <= 96
+        assert text[b["char_start"]:b["char_end"]] == b["text"]
+    assert re.sub(r"\s", "", "".join(b["text"] for b in blocks)) == re.sub(r"\s", "", text)
+    assert [b["char_start"] for b in blocks] == sorted(b["char_start"] for b in blocks)

@@ -94,3 +94,31 @@ def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None
     # steps) and switches the index to it
     run_deployment(server, "refresh-index/refresh-index")
     assert json.loads((artifacts / "index" / "CURRENT").read_text())["step"] == 8
+
+
+def test_stop_leaves_no_process_running(server: dict[str, str]) -> None:
+    """`make stop` ends the server, the worker and every process they started (the worker once
+    outlived it, polling a server that was gone), and says what it stopped."""
+    import psutil
+
+    state = Path(server["work"]) / "serve"
+    family: list[psutil.Process] = []
+    for name in ("server", "worker"):
+        leader = psutil.Process(int((state / f"{name}.pid").read_text()))
+        family += [leader, *leader.children(recursive=True)]
+    assert len(family) >= 2
+    clean = {k: v for k, v in server.items() if k != "work"}
+    stop = subprocess.run(["bash", "flows/serve.sh", "stop"], cwd=ROOT, env=clean, capture_output=True,
+                          text=True, timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert "stopped worker" in stop.stdout and "stopped server" in stop.stdout, stop.stdout
+
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    survivors = [f"{p.pid}" for p in family if running(p)]
+    assert not survivors, f"still running after make stop: {survivors}"
+    assert not (state / "worker.pid").exists() and not (state / "server.pid").exists()
