@@ -73,12 +73,9 @@ pretrain-table: $(STAMP)
 	$(BIN)/python bench/pretrain.py
 	$(BIN)/python bench/readme_tables.py
 
-# README's open-QA table (REALM Table 1 layout): every system fine-tuned with the demo budget, then
-# evaluated in one run (reuses `make demo`'s cache; about 25 minutes on 2 cores after it).
-# README's open-QA table. After `make demo` the warm-up and REALM pretraining are cached; when their
-# code has changed since, they rerun first. The run behind bench/results/openqa.json took 1 h 46 min
-# with make test sharing the 2 cores: the warm-up resumed at step 150 of 300, REALM 19 min, three
-# fine-tunings about 10 min each, evaluation (4 systems x 1,634 questions) 44 min.
+# README's open-QA table (REALM Table 1 layout): every system trained with the same budgets, then
+# evaluated in one run with paired intervals (reuses `make demo`'s cache). Not yet timed with the
+# gold-paragraph reader: its phase is about 3 s a step of 16 on 2 cores (300 steps per reader start).
 openqa-table: $(STAMP)
 	$(BIN)/realm evaluate --preset demo --json bench/results/openqa.json
 	$(BIN)/python bench/readme_tables.py

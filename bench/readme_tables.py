@@ -180,27 +180,43 @@ def pretrain_step_table(result: dict) -> str:
 
 
 def openqa_table(result: dict) -> str:
+    """REALM Table 1 from `realm evaluate --json`: EM / F1 / R@k / R@k of the text read per
+    dataset, then the paired EM differences on SQuAD-open, the budgets and the dev-fit settings."""
     res, ft = result["results"], result["finetune"]
     order = [d for d in ("nq", "wq", "ct", "squad-open") if d in res] + [d for d in res if d not in
                                                                          ("nq", "wq", "ct", "squad-open")]
     k = ft["top_k"]
     names = {"nq": "NQ", "wq": "WQ", "ct": "CT", "squad-open": "SQuAD-open"}
-    lines = ["| system | " + " | ".join(f"{names.get(d, d)} EM (answerable EM) R@{k}" for d in order) + " |",
+    lines = ["| system | " + " | ".join(f"{names.get(d, d)} EM / F1 / R@{k} / R@{k} read" for d in order) + " |",
              "|---|" + "---:|" * len(order)]
     for s in result["systems"]:
         cells = []
         for d in order:
-            m = res[d]["systems"][s["name"]]
-            cells.append(f"{100 * m['EM']:.1f} ({100 * m['EM answerable']:.1f}) {100 * m[f'R@{k}']:.1f}")
+            m = res[d]["systems"].get(s["name"])
+            cells.append("-" if m is None else f"{100 * m['EM']:.1f} / {100 * m['F1']:.1f} / "
+                         f"{100 * m[f'R@{k}']:.1f} / {100 * m[f'R@{k} read']:.1f}")
         bold = "**" if s["name"] == "REALM" else ""
         lines.append(f"| {bold}{s['name']}{bold}{' (' + s['note'] + ')' if s['note'] else ''} | "
                      + " | ".join(cells) + " |")
     sizes = "; ".join(f"{names.get(d, d)} {res[d]['questions']:,} ({res[d]['answerable']:,} answerable)"
                       for d in order)
+    gold = ft["gold_passage"]
     lines += ["", f"Test questions (answerable: a gold answer occurs in some demo block): {sizes}. "
-              f"Every system fine-tuned on {ft['dataset']}/{ft['split']} with the same budget: {ft['steps']} "
-              f"steps x {ft['batch_size']} questions, lr {ft['learning_rate']}, top-{k} blocks of "
-              f"{ft['reader_length']} reader tokens; NQ/WQ/CT are answered by that SQuAD-open model."]
+              f"Readers trained on {ft['dataset']}/{ft['split']}: gold passages {gold['steps']} steps x "
+              f"{gold['batch_size']} (lr {gold['learning_rate']}, best of every {gold['eval_every']} steps by "
+              f"dev EM), then {ft['steps']} steps x {ft['batch_size']} on each system's top-{k} blocks; "
+              f"reader rows of {ft['reader_length']} wordpieces."]
+    budget = result.get("budget", {})
+    for name, stats in budget.items():
+        g = stats.get("gold_passage") or {}
+        o = stats.get("open") or {}
+        lines[-1] += (f" {name}: gold-passage phase {g.get('examples_seen', 0):,} examples "
+                      f"({g.get('epochs', 0)} epochs, {g.get('wall_seconds', 0):,.0f} s, best dev EM "
+                      f"{100 * (g.get('best_dev_em') or 0):.1f}), open phase {o.get('examples_seen', 0):,} examples.")
+    for name, t in result.get("temperatures", {}).items():
+        temperature = "uniform" if t["temperature"] is None else t["temperature"]
+        lines[-1] += (f" {name} answers in the {t['form']} form at retrieval temperature {temperature} "
+                      f"(best of {len(t['dev_em'])} settings on dev: {100 * max(t['dev_em'].values()):.1f} EM).")
     starts: dict[str, list[str]] = {}
     for s in result["systems"]:
         if s.get("fine_tuned") and s.get("reader_start"):
@@ -208,6 +224,11 @@ def openqa_table(result: dict) -> str:
     if starts:
         lines[-1] += " Span readers start from " + "; ".join(
             f"{where} ({', '.join(names)})" for where, names in starts.items()) + "."
+    for d in order:
+        for pair, p in res[d].get("paired", {}).items():
+            lo, hi = p["ci95"]
+            lines.append(f"\n{names.get(d, d)} paired EM difference, {pair}: {100 * p['delta']:+.1f} points "
+                         f"(95% interval {100 * lo:+.1f} to {100 * hi:+.1f}; McNemar p = {p['mcnemar_p']:.2g}).")
     return "\n".join(lines)
 
 
@@ -217,6 +238,8 @@ def _reader_start(path: str) -> str:
         return "the reader masked-LM warm-up that REALM pretraining starts from"
     if "realm_model" in parts:
         return "REALM's pretrained reader"
+    if path.startswith("bundled:"):
+        return f"`{path.split(':', 1)[1]}` as shipped"
     return f"`{Path(path).name}` as shipped"
 
 
@@ -266,6 +289,7 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
+                                            "openqa_bm25": openqa_table,
                                             "warm_start": warm_start_table, "scaling": scaling_table,
                                             "projection": projection_table}
 

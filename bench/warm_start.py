@@ -43,7 +43,8 @@ def budget(steps: int, batch: int, tokens: int) -> dict[str, int]:
 def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: object, spans: object,
               retriever: object) -> dict[str, object]:
     """REALM pretraining from `retriever`, then fine-tuning and SQuAD-open exact match."""
-    from realm_core.openqa.qa_stage import qa_systems, run_evaluate_openqa, run_finetune
+    from realm_core.openqa.evaluation import run_evaluate_openqa
+    from realm_core.openqa.qa_stage import qa_systems, run_finetune
     from realm_core.openqa.stage import run_load_questions
     from realm_core.pretrain.stage import run_pretrain
 

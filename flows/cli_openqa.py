@@ -14,6 +14,7 @@ from flows.cli import (
     Overrides,
     Preset,
     Root,
+    _blocks,
     _errors,
     _pretrain_retriever,
     _report,
@@ -40,10 +41,12 @@ def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -
     from realm_core.spans.mining import run_mine_spans
 
     placement = Placement.from_env(cfg.finetune.device, cfg.finetune.precision)
-    with rank_zero_first(placement):
-        blocks, retriever = _warm_start(cfg, store)
-        warm = run_warm_reader(store, blocks.ref, cfg.pretrain, progress=RichProgress())
-        reader = baseline_reader(warm.ref if warm is not None else None, cfg.pretrain)
+    dense = bool({"ict", "realm"} & set(systems))
+    with rank_zero_first(placement):  # only what the named systems need
+        blocks, retriever = _warm_start(cfg, store) if dense else (_blocks(cfg, store), None)
+        warm = run_warm_reader(store, blocks.ref, cfg.pretrain, progress=RichProgress()) \
+            if "realm" in systems or cfg.finetune.reader_start == "reader_mlm" else None
+        reader = baseline_reader(warm.ref if warm is not None else None, cfg.pretrain, cfg.finetune)
         spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress()) if "realm" in systems else None
         start = _pretrain_retriever(cfg, store, blocks, spans) if spans is not None else None
         questions = run_load_questions(store, cfg.questions)
@@ -52,7 +55,7 @@ def _qa_entries(cfg: PipelineConfig, store: ArtifactStore, systems: list[str]) -
         realm_ref = run_pretrain(store, blocks.ref, spans.ref, start, cfg.pretrain, cfg.masking, cfg.embed,
                                  cfg.index, RichProgress() if placement.is_main else NoProgress()).ref
     entries: list[tuple[Any, Any]] = []
-    for system in qa_systems(retriever.ref, realm_ref, cfg.embed, reader):
+    for system in qa_systems(retriever.ref if retriever is not None else None, realm_ref, cfg.embed, reader):
         if system.key not in systems:
             continue
         if system.retrieval == "none":
@@ -105,7 +108,7 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
     """Open-QA exact match of each system on NQ, WebQuestions, CuratedTREC and SQuAD-open (REALM Table 1): full split and answerable subset, recall@5, a predictions table to inspect. Fine-tunes what is not cached.
 
     Example: realm evaluate --preset demo --json work/reports/openqa.json"""
-    from realm_core.openqa.qa_stage import run_evaluate_openqa
+    from realm_core.openqa.evaluation import run_evaluate_openqa
 
     with _errors():
         cfg, store = _setup(preset, config, overrides, root)
@@ -119,4 +122,6 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
             json_out.parent.mkdir(parents=True, exist_ok=True)
             json_out.write_text(json.dumps({"preset": preset, "artifact": result.ref.path,
                                             "results": manifest["results"], "systems": manifest["systems"],
+                                            "budget": manifest["budget"], "temperatures": manifest["temperatures"],
+                                            "gold_reader": manifest["gold_reader"],
                                             "finetune": manifest["finetune"]}, indent=2) + "\n")

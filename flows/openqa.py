@@ -47,7 +47,7 @@ def _systems(keys: list[str], cfg: PipelineConfig, preset: str, root: str, block
                                      preset=preset, root=root)["ref"]
     questions: ArtifactRef = load_questions(cfg.questions, root)["ref"]
     warm = warm_reader(blocks, cfg.pretrain, root)  # cached: REALM pretraining starts from it too
-    reader = baseline_reader(warm["ref"] if warm is not None else None, cfg.pretrain)
+    reader = baseline_reader(warm["ref"] if warm is not None else None, cfg.pretrain, cfg.finetune)
     systems = [s for s in qa_systems(retriever, realm_model, cfg.embed, reader) if s.key in keys]
     return blocks, questions, systems
 

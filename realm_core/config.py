@@ -29,6 +29,7 @@ from realm_core.training_config import (
     FinetuneConfig,
     ICTConfig,
     PretrainConfig,
+    ReaderBudget,
     ReaderMlmConfig,
     RetroMAEConfig,
 )
@@ -39,7 +40,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 __all__ = ["BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
            "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
-           "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec", "SpanConfig",
+           "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec", "SpanConfig",
            "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 
 
@@ -198,6 +199,14 @@ class OpenQAEvalConfig(StageConfig):
     answer_candidates: int = Field(20, ge=1, description="top spans whose probabilities are summed "
                                    "per normalised answer string")
     batch_size: int = Field(8, ge=1, description="questions per reader forward")
+    temperatures: tuple[float, ...] = Field(
+        (0.5, 1.0, 2.0, 4.0, 8.0), description="retrieval temperatures tried on dev per system "
+        "(uniform p(z|x) is always tried too); the best by dev exact match is used on test")
+    forms: tuple[Literal["joint", "per_block"], ...] = Field(
+        ("joint", "per_block"), description="marginal forms tried on dev with every temperature (the reader "
+        "runs once); the best pair by dev exact match answers the test questions")
+    calibration_questions: int = Field(300, ge=1, description="dev questions form and temperature are fit on")
+    bootstrap_resamples: int = Field(10_000, ge=100, description="paired-difference intervals")
 
 
 class PipelineConfig(StageConfig):

@@ -75,13 +75,15 @@ RETRIEVAL_RESULTS = TableSchema("retrieval_results", 1, pa.schema([
     ("top_block_ids", pa.list_(pa.int64())),
 ]))
 
-QUESTIONS = TableSchema("questions", 1, pa.schema([
+QUESTIONS = TableSchema("questions", 2, pa.schema([
     ("dataset", pa.string()),      # nq, wq, ct, squad-open, ...
     ("split", pa.string()),        # train | dev | test
     ("qid", pa.string()),
     ("question", pa.string()),
     ("answers", pa.list_(pa.string())),
     ("match", pa.string()),        # text (normalised exact match) | regex (CuratedTREC)
+    ("title", pa.string()),        # SQuAD: the article title of the gold paragraph; else null
+    ("context", pa.string()),      # SQuAD: the gold paragraph (the reader's ceiling); else null
 ]))
 
 PRETRAIN_METRICS = TableSchema("pretrain_metrics", 1, pa.schema([
@@ -114,15 +116,20 @@ READER_MLM_METRICS = TableSchema("reader_mlm_metrics", 1, pa.schema([
     ("learning_rate", pa.float64()),
 ]))
 
-FINETUNE_CURVE = TableSchema("finetune_curve", 1, pa.schema([
+FINETUNE_CURVE = TableSchema("finetune_curve", 2, pa.schema([
+    ("phase", pa.string()),          # gold_passage | open (the system's own retrieval)
     ("step", pa.int64()),
     ("loss", pa.float64()),          # -log p(y|x) over the batch; NaN: no question had a gold span
     ("learning_rate", pa.float64()),
-    ("with_gold", pa.float64()),     # share of drawn questions whose top-k held an answer
+    ("with_gold", pa.float64()),     # share of the batch's questions whose top-k held an answer
     ("questions", pa.int64()),       # questions trained on this step
+    ("no_gold_span", pa.int64()),    # of those, answer text retrieved but no span within the span
+                                     # limit matches as whole wordpieces (they teach nothing)
+    ("dev_em", pa.float64()),        # dev exact match where evaluated, else null
+    ("wall_seconds", pa.float64()),  # since the phase started (resumes included)
 ]))
 
-OPENQA_PREDICTIONS = TableSchema("openqa_predictions", 1, pa.schema([
+OPENQA_PREDICTIONS = TableSchema("openqa_predictions", 2, pa.schema([
     ("dataset", pa.string()),
     ("split", pa.string()),
     ("system", pa.string()),
@@ -135,6 +142,9 @@ OPENQA_PREDICTIONS = TableSchema("openqa_predictions", 1, pa.schema([
     ("answer_retrieved", pa.bool_()),    # a gold answer occurs in a retrieved block
     ("answerable", pa.bool_()),          # a gold answer occurs in some block of the corpus
     ("block_ids", pa.list_(pa.int64())),
+    ("answer_rank", pa.int64()),         # rank (1-based) of the first retrieved block holding an answer; null: none
+    ("answer_read", pa.bool_()),         # a gold answer occurs in the text the reader read
+    ("f1", pa.float64()),                # SQuAD token F1 (regex datasets: equals correct)
 ]))
 
 RETROMAE_CURVE = TableSchema("retromae_curve", 1, pa.schema([

@@ -8,7 +8,8 @@ from prefect import task
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig, QuestionsConfig
-from realm_core.openqa.qa_stage import QASystem, run_evaluate_openqa, run_finetune
+from realm_core.openqa.evaluation import run_evaluate_openqa
+from realm_core.openqa.qa_stage import QASystem, run_finetune
 from realm_core.openqa.stage import run_load_questions
 from tasks.reporting import run_stage
 

@@ -39,6 +39,7 @@ _KEEP_TAGS = {"b", "i", "u", "s", "em", "strong", "small", "big", "span", "sub",
               "li", "dd", "dt", "nowiki", "del", "ins", "q", "onlyinclude", "includeonly"}
 _LIST_TAGS = {"li", "dd", "dt"}
 _ODD_SPACES = re.compile(r"[\t\u00a0]")
+_STRAY_LINK_BRACKETS = re.compile(r"\[\[|\]\]")
 _SPACE_RUNS = re.compile(r" {2,}")
 _EMPTY_PARENS = re.compile(r"\(\s*[,;]?\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r" (?=[,.;:!?])")
@@ -202,6 +203,7 @@ def clean_wikitext(wikitext: str) -> str:
 def normalise_whitespace(text: str) -> str:
     """Whole-text passes (one regex call each, not one per line): collapse spaces, drop empty
     parentheses left by removed templates and lines of leftover table/list markup."""
+    text = _STRAY_LINK_BRACKETS.sub("", text)  # an unclosed [[ (the tokenizer left it as text)
     text = _SPACE_RUNS.sub(" ", _ODD_SPACES.sub(" ", text))
     text = _EMPTY_PARENS.sub("", text)
     text = _SPACE_BEFORE_PUNCT.sub("", text)

@@ -52,3 +52,21 @@ def normalize_answer(text: str) -> str:
 def exact_match(prediction: str, answers: Iterable[str]) -> bool:
     p = normalize_answer(prediction)
     return any(p == normalize_answer(a) for a in answers)
+
+
+def f1_score(prediction: str, answers: Iterable[str]) -> float:
+    """SQuAD v1.1's F1: token overlap of the normalised prediction with each answer, the best."""
+    from collections import Counter
+
+    pred = normalize_answer(prediction).split()
+    best = 0.0
+    for answer in answers:
+        gold = normalize_answer(answer).split()
+        if not pred or not gold:
+            best = max(best, float(pred == gold))
+            continue
+        common = sum((Counter(pred) & Counter(gold)).values())
+        if common:
+            precision, recall = common / len(pred), common / len(gold)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best

@@ -1,32 +1,38 @@
-"""Open-QA fine-tuning and prediction (REALM §3.3-§3.4), top to bottom like the pretraining loop:
+"""Open-QA reader training and prediction (REALM §3.3-§3.4; ORQA), top to bottom like the
+pretraining loop:
 
-    get batch -> retrieve top-k (frozen index) -> relevance with the current query encoder
+    get batch (the next questions of this epoch) -> retrieve top-k -> retrieval logits
     -> span reader -> marginal likelihood over blocks and matching spans -> backward -> step
+    -> every eval_every steps: dev exact match, keep the best weights, stop when it stalls
 
-The document encoder and the index are frozen: p(z|x) is the current query embedding against
-the blocks' stored embeddings, so the query encoder learns without re-embedding anything.
-BM25 proposes blocks with no trainable retriever (uniform p(z|x)); the null system retrieves
-nothing, so an extractive reader has no span to answer from.
+It runs in two phases with the same loop. First the reader alone reads each training question's
+gold passage (the `gold` retriever: DPR trains its reader on gold passages too), which is
+cheap and retriever-independent; then each system fine-tunes its reader and query encoder on
+its own top-k blocks. The document encoder and the index stay frozen: a dense retriever's
+logits are the current query embedding against the blocks' stored embeddings.
 
-Shapes: B questions, K blocks, T tokens, L max span length, D embedding dim, N blocks.
+Shapes: B questions, K blocks, T tokens, L max span length, S = T * L spans of a block.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from realm_core.config import FinetuneConfig
+from realm_core.config import FinetuneConfig, ReaderBudget
 from realm_core.distributed import Placement
-from realm_core.openqa.answers import has_answer, normalize_answer, regex_match, token_string
-from realm_core.openqa.span_reader import SpanReader, gold_spans, span_marginal_likelihood
+from realm_core.openqa.answers import exact_match, normalize_answer
+from realm_core.openqa.reading import BlockStore, QAQuestion, answer_ids, gold_tensor, reader_rows
+from realm_core.openqa.retrievers import Retriever
+from realm_core.openqa.span_reader import SpanReader, span_log_probs, span_marginal_likelihood
 from realm_core.progress import NoProgress, Progress
-from realm_core.retrieval.embed import pad_sequences
 from realm_core.training import (
     adamw,
     latest_checkpoint,
@@ -37,166 +43,13 @@ from realm_core.training import (
     step_seed,
 )
 
-
-@dataclass(frozen=True)
-class QAQuestion:
-    qid: str
-    question: str
-    answers: tuple[str, ...]
-    match: Literal["text", "regex"] = "text"
-
-
-class BlockStore:
-    """Block titles and bodies, their wordpieces with character offsets (cached on first use)
-    and their DPR token strings for answer tests."""
-
-    def __init__(self, titles: list[str], texts: list[str], tokenizer: Any) -> None:
-        self.titles, self.texts, self.tokenizer = titles, texts, tokenizer
-        self._pieces: dict[int, tuple[list[int], list[int], list[tuple[int, int]]]] = {}
-        self._tokens: dict[int, str] = {}
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def pieces(self, block: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
-        """(title ids, body ids, body character offsets)."""
-        if block not in self._pieces:
-            title = self.tokenizer(self.titles[block], add_special_tokens=False)["input_ids"]
-            body = self.tokenizer(self.texts[block], add_special_tokens=False, return_offsets_mapping=True)
-            self._pieces[block] = (title, body["input_ids"], [tuple(o) for o in body["offset_mapping"]])
-        return self._pieces[block]
-
-    def tokens(self, block: int) -> str:
-        if block not in self._tokens:
-            self._tokens[block] = token_string(self.texts[block])
-        return self._tokens[block]
-
-    def holds_answer(self, q: QAQuestion, block: int) -> bool:
-        """DPR's has_answer on the block text; CuratedTREC: a regex found in it."""
-        if q.match == "regex":
-            return regex_match(q.answers, self.texts[block])
-        return has_answer(q.answers, self.tokens(block))
-
-
-class QARetriever:
-    """Proposes top-k blocks and scores them: log p(z|x) (B, K).
-
-    dense: the query encoder against the frozen block embeddings (faiss flat inner product);
-    bm25: bm25s over title + body, uniform p(z|x); none: no blocks."""
-
-    def __init__(self, kind: Literal["dense", "bm25", "none"], blocks: BlockStore, top_k: int,
-                 question_length: int, query_encoder: Any = None, tokenizer: Any = None,
-                 block_vectors: np.ndarray | None = None) -> None:
-        self.kind, self.blocks, self.top_k = kind, blocks, top_k if kind != "none" else 0
-        self.question_length = question_length
-        self.query_encoder, self.tokenizer = query_encoder, tokenizer
-        self.index: Any = None
-        self.vectors: torch.Tensor | None = None
-        if kind == "dense":
-            from realm_core.retrieval.index import MipsIndex
-
-            assert block_vectors is not None and query_encoder is not None
-            self.index = MipsIndex.build(block_vectors.shape[1], "Flat")
-            self.index.add(block_vectors, np.arange(len(block_vectors), dtype=np.int64))
-            self.vectors = torch.from_numpy(np.ascontiguousarray(block_vectors, dtype=np.float32))
-        elif kind == "bm25":
-            import bm25s
-            import Stemmer
-
-            self._stemmer = Stemmer.Stemmer("english")
-            corpus = bm25s.tokenize([f"{t} {b}" for t, b in zip(blocks.titles, blocks.texts, strict=True)],
-                                    stopwords="en", stemmer=self._stemmer, show_progress=False)
-            self.index = bm25s.BM25()
-            self.index.index(corpus, show_progress=False)
-
-    def propose(self, questions: list[str]) -> np.ndarray:
-        """(B, K) block ids, no gradient."""
-        if self.kind == "none":
-            return np.zeros((len(questions), 0), dtype=np.int64)
-        if self.kind == "bm25":
-            import bm25s
-
-            tokens = bm25s.tokenize(questions, stopwords="en", stemmer=self._stemmer, return_ids=False,
-                                    show_progress=False)
-            tokens = [t if t else ["[empty]"] for t in tokens]  # a stop-word-only question
-            rows, _ = self.index.retrieve(tokens, k=self.top_k, show_progress=False)
-            return np.asarray(rows, dtype=np.int64)
-        with torch.no_grad():
-            q = self.embed(questions)
-        _, ids = self.index.search(q.float().cpu().numpy(), self.top_k)
-        return np.asarray(ids, dtype=np.int64)
-
-    def embed(self, questions: list[str]) -> torch.Tensor:
-        enc = self.tokenizer(questions, truncation=True, max_length=self.question_length,
-                             return_attention_mask=False)["input_ids"]
-        ids, mask = pad_sequences(enc, self.tokenizer.pad_token_id)
-        device = next(self.query_encoder.parameters()).device
-        out: torch.Tensor = self.query_encoder(ids.to(device), mask.to(device)).float()  # (B, D)
-        return out
-
-    def log_p_z(self, questions: list[str], block_ids: np.ndarray) -> torch.Tensor:
-        """(B, K) log p(z|x) over the proposed blocks; differentiable in the query encoder."""
-        b, k = block_ids.shape
-        if self.kind != "dense":
-            return torch.full((b, k), -math.log(max(k, 1)))
-        assert self.vectors is not None
-        q = self.embed(questions)  # (B, D)
-        vectors = self.vectors[torch.from_numpy(block_ids)].to(q.device)  # (B, K, D)
-        scores = torch.einsum("bd,bkd->bk", q, vectors)  # (B, K)
-        return torch.log_softmax(scores, dim=-1)
-
-
-@dataclass
-class ReaderRows:
-    input_ids: torch.Tensor        # (B, K, T)
-    attention_mask: torch.Tensor   # (B, K, T)
-    body_mask: torch.Tensor        # (B, K, T) True on block-body tokens
-    body_start: list[list[int]]    # (B, K) row position of the first body token
-    body_len: list[list[int]]      # (B, K) body tokens kept
-
-
-def reader_rows(question_ids: list[list[int]], block_ids: np.ndarray, blocks: BlockStore,
-                reader_length: int, sep_id: int, pad_id: int) -> ReaderRows:
-    """`[CLS] x [SEP] title [SEP] body [SEP]` per (question, block), the body cut to fit."""
-    b, k = block_ids.shape
-    seqs: list[list[int]] = []
-    masks: list[list[bool]] = []
-    starts: list[list[int]] = []
-    lens: list[list[int]] = []
-    for q_ids, row in zip(question_ids, block_ids, strict=True):
-        starts.append([])
-        lens.append([])
-        for z in row:
-            title, body, _ = blocks.pieces(int(z))
-            head = list(q_ids) + title[:max(reader_length - len(q_ids) - 3, 0)] + [sep_id]
-            kept = body[:max(reader_length - len(head) - 1, 0)]
-            seqs.append(head + kept + [sep_id])
-            masks.append([False] * len(head) + [True] * len(kept) + [False])
-            starts[-1].append(len(head))
-            lens[-1].append(len(kept))
-    ids, attention = pad_sequences(seqs, pad_id)  # (B*K, T)
-    t = ids.size(1)
-    body_mask = torch.zeros((b * k, t), dtype=torch.bool)
-    for i, m in enumerate(masks):
-        body_mask[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
-    return ReaderRows(ids.view(b, k, t), attention.view(b, k, t), body_mask.view(b, k, t), starts, lens)
-
-
-def gold_tensor(rows: ReaderRows, answers: list[list[list[int]]], max_span_length: int) -> torch.Tensor:
-    """(B, K, T, L) spans whose wordpieces equal an answer's (every occurrence counts)."""
-    b, k, t = rows.input_ids.shape
-    gold = torch.zeros((b, k, t, max_span_length), dtype=torch.bool)
-    for i in range(b):
-        for j in range(k):
-            gold[i, j] = gold_spans(rows.input_ids[i, j].tolist(), rows.body_mask[i, j].tolist(),
-                                    answers[i], max_span_length)
-    return gold
+BEST_DIR = "best"
 
 
 @dataclass
 class QAModels:
     reader: SpanReader
-    query_encoder: Any  # RetrieverEncoder or None (BM25, null)
+    query_encoder: Any  # RetrieverEncoder or None (BM25, gold, null)
 
     def modules(self) -> dict[str, torch.nn.Module]:
         out: dict[str, torch.nn.Module] = {"reader": self.reader}
@@ -208,78 +61,137 @@ class QAModels:
 @dataclass
 class FinetuneCurves:
     steps: list[dict[str, float]] = field(default_factory=list)
+    best_dev_em: float | None = None
+    best_step: int = 0
+    stopped_early: bool = False
 
 
-def _answer_ids(q: QAQuestion, tokenizer: Any) -> list[list[int]]:
-    if q.match == "regex":  # a regex is not a span to find; it is matched against predictions
-        return []
-    return [tokenizer(a, add_special_tokens=False)["input_ids"] for a in q.answers]
+def answer_correct(prediction: str, q: QAQuestion) -> bool:
+    """SQuAD exact match after normalisation; CuratedTREC: a regex matches the prediction from
+    its start, case-insensitively (DrQA's and REALM's regex_match_score)."""
+    import re
+
+    if q.match == "regex":
+        return any(re.match(p, prediction, flags=re.IGNORECASE) is not None for p in q.answers)
+    return exact_match(prediction, q.answers)
 
 
-def finetune(models: QAModels, retriever: QARetriever, questions: list[QAQuestion], blocks: BlockStore,
-             tokenizer: Any, config: FinetuneConfig, checkpoint_root: Path,
-             progress: Progress | None = None, placement: Placement | None = None) -> FinetuneCurves:
-    """Train in place for `config.steps` steps; resumes from the newest checkpoint.
+def epoch_batch(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """Question indices of `step`: the questions in a seeded order, epoch after epoch, each
+    question once per epoch (a function of seed and step, so a resumed run draws the same)."""
+    out: list[int] = []
+    position = step * batch_size
+    while len(out) < min(batch_size, n):
+        epoch, offset = divmod(position, n)
+        order = np.random.default_rng(step_seed(seed, epoch, stream=7)).permutation(n)
+        take = min(batch_size - len(out), n - offset)
+        out += order[offset:offset + take].tolist()
+        position += take
+    return out
 
-    Each step draws up to draw_factor x batch_size questions (a function of seed and step) and
-    keeps the first batch_size whose retrieved blocks hold an answer: the others have no gold
-    span and give no gradient (REALM and ORQA train only on those).
 
-    Under torchrun every rank finds the same batch and reads its slice of it; the gradients are
-    summed over ranks, each rank's loss already divided by the batch's global count, so a step is
-    the one-process step. (Not DDP's hooks: a rank whose slice has no finite loss runs no
-    backward at all.)"""
+def retrieval_log_p(retriever: Retriever, questions: list[QAQuestion], proposal: Any,
+                    temperature: float | None) -> torch.Tensor:
+    """(B, K) log p(z|x) = log softmax(logits / temperature); None: uniform over the K blocks."""
+    logits = retriever.logits(questions, proposal).float()  # (B, K)
+    if temperature is None or not math.isfinite(temperature):
+        return torch.log_softmax(torch.zeros_like(logits), dim=-1)
+    return torch.log_softmax(logits / temperature, dim=-1)
+
+
+def _save_best(root: Path, models: QAModels, step: int, dev_em: float) -> None:
+    from safetensors.torch import save_model
+
+    best = root / BEST_DIR
+    tmp = root / f".{BEST_DIR}-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, module in models.modules().items():
+        save_model(module, str(tmp / f"{name}.safetensors"))
+    (tmp / "best.json").write_text(json.dumps({"step": step, "dev_em": dev_em}))
+    if best.exists():
+        import shutil
+
+        shutil.rmtree(best)
+    tmp.rename(best)
+
+
+def _load_best(root: Path, models: QAModels) -> None:
+    from safetensors.torch import load_model
+
+    for name, module in models.modules().items():
+        load_model(module, str(root / BEST_DIR / f"{name}.safetensors"))
+
+
+def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuestion], blocks: BlockStore,
+                 tokenizer: Any, config: FinetuneConfig, budget: ReaderBudget, checkpoint_root: Path,
+                 dev: list[QAQuestion] | None = None, progress: Progress | None = None,
+                 placement: Placement | None = None) -> FinetuneCurves:
+    """Train in place for `budget.steps` steps (resuming from the newest checkpoint); with `dev`
+    questions, evaluate dev exact match every `budget.eval_every` steps, keep the best weights,
+    stop after `budget.patience` evaluations without a gain, and end on the best weights.
+
+    A step reads the next `batch_size` questions of the epoch; those whose retrieved blocks hold
+    no answer as whole wordpieces give no gradient (REALM and ORQA train only on the others).
+    Under torchrun every rank reads its slice of the same batch; gradients are summed over
+    ranks, each rank's loss already divided by the batch's global count."""
     place = placement or Placement.single()
     progress = progress or NoProgress()
     for m in models.modules().values():
         m.to(place.device)
-    train_retriever = retriever.kind == "dense" and config.train_query_encoder
+    train_retriever = retriever.trainable and config.train_query_encoder and models.query_encoder is not None
     trainable = [models.reader] + ([models.query_encoder] if train_retriever else [])
-    optimizer = adamw(trainable, config.learning_rate, config.weight_decay)
+    scales = [1.0] + ([config.query_learning_rate / budget.learning_rate] if train_retriever else [])
+    optimizer = adamw(trainable, budget.learning_rate, config.weight_decay, scales)
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    curves, start = FinetuneCurves(), 0
+    curves, start, wall = FinetuneCurves(), 0, 0.0
     if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
         restore_checkpoint(ckpt, models.modules(), optimizer)
-        start, curves = ckpt.step, FinetuneCurves(ckpt.state["curves"])
+        start, curves = ckpt.step, FinetuneCurves(ckpt.state["curves"], ckpt.state.get("best_dev_em"),
+                                                  ckpt.state.get("best_step", 0))
+        wall = float(ckpt.state.get("wall_seconds", 0.0))
     for m in models.modules().values():
         m.train()
-    progress.start(f"fine-tune open-QA reader ({retriever.kind})", config.steps, "steps")
+    progress.start(f"train reader ({retriever.name})", budget.steps, "steps")
     progress.advance(start)
-    for step in range(start, config.steps):
-        # get batch: questions whose top-k blocks hold an answer
-        rng = np.random.default_rng(step_seed(config.seed, step))
-        drawn = rng.choice(len(questions), size=min(len(questions), config.batch_size * config.draw_factor),
-                           replace=False)
-        candidates = [questions[i] for i in drawn]
-        proposed = retriever.propose([q.question for q in candidates])  # (draw, K)
-        with_gold = [i for i, row in enumerate(proposed)
-                     if any(blocks.holds_answer(candidates[i], int(z)) for z in row)]
-        usable = with_gold[:config.batch_size]
-        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
+    stale = sum(1 for r in curves.steps if r.get("dev_em") is not None and r["step"] > curves.best_step)
+    began = time.monotonic() - wall
+    for step in range(start, budget.steps):
+        if budget.patience and stale >= budget.patience:
+            curves.stopped_early = True
+            break
+        # get batch: the next questions of the epoch; those with a gold span retrieved
+        batch_q = [questions[i] for i in epoch_batch(len(questions), budget.batch_size, budget.seed, step)]
+        proposal = retriever.propose(batch_q)  # (B, K)
+        usable = [i for i, row in enumerate(proposal.ids) if any(blocks.holds_answer(batch_q[i], int(z)) for z in row)]
+        lr = learning_rate_at(step, budget.learning_rate, budget.warmup_steps, budget.steps)
         set_learning_rate(optimizer, lr)
-        torch.manual_seed(step_seed(config.seed, step, stream=1 + place.rank))  # dropout masks
+        torch.manual_seed(step_seed(budget.seed, step, stream=1 + place.rank))  # dropout masks
         optimizer.zero_grad(set_to_none=True)
-        row = {"step": float(step + 1), "learning_rate": lr, "loss": float("nan"),
-               "with_gold": len(with_gold) / max(len(candidates), 1), "questions": float(len(usable))}
+        row: dict[str, Any] = {"step": float(step + 1), "learning_rate": lr, "loss": float("nan"),
+                               "with_gold": len(usable) / max(len(batch_q), 1), "questions": float(len(usable)),
+                               "dev_em": None}
         mine = place.shard(usable)  # this rank's slice of the batch
         log_p_y = torch.zeros(0)
         if mine:
-            batch = [candidates[i] for i in mine]
-            block_ids = proposed[mine]  # (B, K)
+            batch = [batch_q[i] for i in mine]
+            sub = type(proposal)(proposal.ids[mine], proposal.scores[mine])
             q_ids = [tokenizer(q.question, truncation=True, max_length=config.question_length)["input_ids"]
                      for q in batch]
-            rows = reader_rows(q_ids, block_ids, blocks, config.reader_length, tokenizer.sep_token_id,
+            rows = reader_rows(q_ids, sub.ids, blocks, config.reader_length, tokenizer.sep_token_id,
                                tokenizer.pad_token_id)
-            gold = gold_tensor(rows, [_answer_ids(q, tokenizer) for q in batch], config.max_span_length)
+            gold = gold_tensor(rows, [answer_ids(q, tokenizer) for q in batch], config.max_span_length)
             with torch.set_grad_enabled(train_retriever), place.autocast():
-                log_p_z = retriever.log_p_z([q.question for q in batch], block_ids)  # (B, K)
+                log_p_z = retrieval_log_p(retriever, batch, sub, config.train_temperature(retriever.name))  # (B, K)
             with place.autocast():
                 span_scores = models.reader(rows.input_ids.to(place.device), rows.attention_mask.to(place.device),
-                                            rows.body_mask.to(place.device))  # (B, K, T, L)
-            log_p_y = span_marginal_likelihood(span_scores.float(), gold.to(place.device), log_p_z.float())  # (B,)
+                                            rows.body_mask.to(place.device),
+                                            rows.token_type_ids.to(place.device))  # (B, K, T, L)
+            log_p_y = span_marginal_likelihood(span_scores.float(), gold.to(place.device),
+                                               log_p_z.float().to(place.device), config.form)  # (B,)
         finite = torch.isfinite(log_p_y)  # an answer in the text but not as whole wordpieces
         local_sum = -log_p_y[finite].sum() if bool(finite.any()) else None
         n_finite, loss_sum = place.sum([float(finite.sum()), float(local_sum.detach()) if local_sum is not None else 0.0])
+        row["no_gold_span"] = len(usable) - int(n_finite)  # e.g. every answer longer than max_span_length
         if n_finite > 0:  # every rank agrees: the same step is taken everywhere
             if local_sum is not None:
                 (local_sum / n_finite).backward()  # type: ignore[no-untyped-call]
@@ -288,75 +200,146 @@ def finetune(models: QAModels, retriever: QARetriever, questions: list[QAQuestio
             optimizer.step()
             row["loss"] = loss_sum / n_finite
             if not math.isfinite(row["loss"]):
-                raise FloatingPointError(f"step {step + 1}: loss is {row['loss']}; lower "
-                                         "finetune.learning_rate")
-        curves.steps.append(row)
+                raise FloatingPointError(f"step {step + 1}: loss is {row['loss']}; lower the learning rate")
         progress.advance(1)
         done = step + 1
-        if done % config.checkpoint_every == 0 or done == config.steps:
+        # eval: dev exact match, the best weights kept
+        if dev and budget.eval_every and (done % budget.eval_every == 0 or done == budget.steps):
+            em = dev_exact_match(models, retriever, dev, blocks, tokenizer, config)
+            row["dev_em"] = em
+            for m in models.modules().values():
+                m.train()
+            if curves.best_dev_em is None or em > curves.best_dev_em:
+                curves.best_dev_em, curves.best_step, stale = em, done, 0
+                if place.is_main:
+                    _save_best(checkpoint_root, models, done, em)
+            else:
+                stale += 1
+        row["wall_seconds"] = time.monotonic() - began
+        curves.steps.append(row)
+        if done % config.checkpoint_every == 0 or done == budget.steps or (budget.patience and stale >= budget.patience):
             if place.is_main:
-                save_checkpoint(checkpoint_root, done, models.modules(), optimizer, {"curves": curves.steps})
+                save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
+                                {"curves": curves.steps, "best_dev_em": curves.best_dev_em,
+                                 "best_step": curves.best_step, "wall_seconds": row["wall_seconds"]})
             place.barrier()
     progress.finish()
+    if curves.best_dev_em is not None and (checkpoint_root / BEST_DIR).is_dir():
+        _load_best(checkpoint_root, models)
     for m in models.modules().values():
         m.eval()
     return curves
 
 
+def dev_exact_match(models: QAModels, retriever: Retriever, dev: list[QAQuestion], blocks: BlockStore,
+                    tokenizer: Any, config: FinetuneConfig) -> float:
+    temperature = config.train_temperature(retriever.name)
+    preds = predict(models, retriever, dev, blocks, tokenizer, config, batch_size=16,
+                    temperatures=(temperature,))[temperature]
+    return float(np.mean([answer_correct(p.answer, q) for p, q in zip(preds, dev, strict=True)]))
+
+
 @dataclass
 class Prediction:
     answer: str
-    score: float            # p(answer|x), summed over the spans that read as this answer
+    score: float               # p(answer|x), summed over the spans that read as this answer
     block_ids: list[int]
+    body_tokens: list[int]     # body wordpieces the reader read of each block
+    block: int | None = None   # the block the answer was read from
+    char_start: int = -1       # the answer's character offsets in that block's text
+    char_end: int = -1
+    candidates: list[tuple[str, float]] = field(default_factory=list)  # other answers, best first
 
 
-def predict(models: QAModels, retriever: QARetriever, questions: list[QAQuestion], blocks: BlockStore,
-            tokenizer: Any, config: FinetuneConfig, answer_candidates: int, batch_size: int,
-            progress: Progress | None = None) -> list[Prediction]:
-    """The most probable answer string per question: p(y|x) = sum_z p(z|x) p(y|z,x), summed
-    over the `answer_candidates` best (block, span) pairs that normalise to the same string."""
+def predict(models: QAModels, retriever: Retriever, questions: list[QAQuestion], blocks: BlockStore,
+            tokenizer: Any, config: FinetuneConfig, answer_candidates: int = 20, batch_size: int = 16,
+            progress: Progress | None = None, temperatures: tuple[float | None, ...] = (None,),
+            forms: tuple[str, ...] | None = None) -> dict[Any, list[Prediction]]:
+    """The most probable answer string per question, for each retrieval temperature (the reader
+    runs once): p(y|x) summed over the `answer_candidates` best (block, span) pairs that
+    normalise to the same string. In `config.form`, keyed by temperature; with `forms`, every
+    (form, temperature) pair, keyed so."""
     progress = progress or NoProgress()
-    out: list[Prediction] = []
+    grid = [(f, t) for f in (forms or (config.form,)) for t in temperatures]
+    out: dict[Any, list[Prediction]] = {(g if forms else g[1]): [] for g in grid}
     for m in models.modules().values():
         m.eval()
-    progress.start(f"answer questions ({retriever.kind})", len(questions), "questions")
+    progress.start(f"answer questions ({retriever.name})", len(questions), "questions")
     with torch.inference_mode():
         for s in range(0, len(questions), batch_size):
             batch = questions[s:s + batch_size]
-            block_ids = retriever.propose([q.question for q in batch])  # (B, K)
-            if block_ids.shape[1] == 0:  # nothing retrieved: an extractive reader has no span
-                out += [Prediction("", 0.0, []) for _ in batch]
+            proposal = retriever.propose(batch)  # (B, K)
+            if proposal.ids.shape[1] == 0:  # nothing retrieved: an extractive reader has no span
+                for key in out:
+                    out[key] += [Prediction("", 0.0, [], []) for _ in batch]
                 progress.advance(len(batch))
                 continue
             q_ids = [tokenizer(q.question, truncation=True, max_length=config.question_length)["input_ids"]
                      for q in batch]
-            rows = reader_rows(q_ids, block_ids, blocks, config.reader_length, tokenizer.sep_token_id,
+            rows = reader_rows(q_ids, proposal.ids, blocks, config.reader_length, tokenizer.sep_token_id,
                                tokenizer.pad_token_id)
-            log_p_z = retriever.log_p_z([q.question for q in batch], block_ids)  # (B, K)
-            span_scores = models.reader(rows.input_ids, rows.attention_mask, rows.body_mask)  # (B, K, T, L)
+            span_scores = models.reader(rows.input_ids, rows.attention_mask, rows.body_mask,
+                                        rows.token_type_ids).float()  # (B, K, T, L)
             b, k, t, length = span_scores.shape
-            log_p_s = torch.log_softmax(span_scores.reshape(b, k, -1), dim=-1)  # within each block
-            joint = torch.nan_to_num(log_p_s + log_p_z[:, :, None], nan=float("-inf")).reshape(b, -1)
-            top = torch.topk(joint, min(answer_candidates, joint.size(1)), dim=-1)
-            for i in range(b):
-                mass: dict[str, tuple[float, str]] = {}
-                for value, flat in zip(top.values[i].tolist(), top.indices[i].tolist(), strict=True):
-                    if not math.isfinite(value):
-                        continue
-                    j, rest = divmod(flat, t * length)
-                    start, span = divmod(rest, length)
-                    z = int(block_ids[i, j])
-                    offsets = blocks.pieces(z)[2]
-                    first = start - rows.body_start[i][j]
-                    text = blocks.texts[z][offsets[first][0]:offsets[first + span][1]]
-                    key = normalize_answer(text)
-                    total, shown = mass.get(key, (float("-inf"), text))
-                    mass[key] = (float(np.logaddexp(total, value)), shown)
-                if mass:
-                    best, shown = max(mass.values())
-                    out.append(Prediction(shown, math.exp(best), [int(z) for z in block_ids[i]]))
-                else:
-                    out.append(Prediction("", 0.0, [int(z) for z in block_ids[i]]))
+            for form, temperature in grid:
+                log_p_z = retrieval_log_p(retriever, batch, proposal, temperature)  # (B, K)
+                joint = span_log_probs(span_scores, log_p_z, form).reshape(b, -1)  # (B, K*S)
+                top = torch.topk(joint, min(answer_candidates, joint.size(1)), dim=-1)
+                for i in range(b):
+                    out[(form, temperature) if forms else temperature].append(_decode(top.values[i].tolist(), top.indices[i].tolist(), proposal.ids[i],
+                                                    rows.body_start[i], rows.body_len[i], blocks, t, length))
             progress.advance(len(batch))
     progress.finish()
     return out
+
+
+def _decode(values: list[float], flats: list[int], block_ids: np.ndarray, body_start: list[int],
+            body_len: list[int], blocks: BlockStore, t: int, length: int) -> Prediction:
+    """Sum the probability of (block, span) pairs that read as the same normalised answer."""
+    mass: dict[str, list[Any]] = {}  # key -> [log p, text, block, start, end]
+    for value, flat in zip(values, flats, strict=True):
+        if value < -1e8:  # masked: outside a block body
+            continue
+        j, rest = divmod(flat, t * length)
+        start, span = divmod(rest, length)
+        z = int(block_ids[j])
+        offsets = blocks.pieces(z)[2]
+        first = start - body_start[j]
+        a, e = offsets[first][0], offsets[first + span][1]
+        text = blocks.texts[z][a:e]
+        key = normalize_answer(text)
+        if key in mass:
+            mass[key][0] = float(np.logaddexp(mass[key][0], value))
+        else:
+            mass[key] = [value, text, z, a, e]
+    ids = [int(z) for z in block_ids]
+    if not mass:
+        return Prediction("", 0.0, ids, list(body_len))
+    ranked = sorted(mass.values(), key=lambda m: -m[0])
+    best = ranked[0]
+    return Prediction(best[1], math.exp(best[0]), ids, list(body_len), best[2], best[3], best[4],
+                      [(m[1], math.exp(m[0])) for m in ranked[1:6]])
+
+
+def _setting_name(setting: Any) -> str:
+    if isinstance(setting, tuple):
+        return f"{setting[0]}, {_setting_name(setting[1])}"
+    return "uniform" if setting is None else f"{setting:g}"
+
+
+def fit_temperature(span_predictions: dict[Any, list[Prediction]], questions: list[QAQuestion]
+                    ) -> tuple[Any, dict[str, float]]:
+    """The setting (a retrieval temperature, or a (form, temperature) pair) whose predictions
+    answer the most dev questions (ties: the first in the given order), and each candidate's
+    dev exact match."""
+    scores: dict[str, float] = {}
+    best: tuple[float, Any] | None = None
+    for setting, preds in span_predictions.items():
+        em = float(np.mean([answer_correct(p.answer, q) for p, q in zip(preds, questions, strict=True)]))
+        scores[_setting_name(setting)] = em
+        if best is None or em > best[0]:
+            best = (em, setting)
+    assert best is not None
+    return best[1], scores
+
+

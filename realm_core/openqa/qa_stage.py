@@ -1,27 +1,27 @@
-"""The open-QA stages (REALM Table 1): fine-tune a system's reader and query encoder on one
-dataset (`openqa_model` artifact), then evaluate systems side by side (`openqa_eval` artifact:
-exact match on the full split and on its answerable subset, recall@k, every prediction).
+"""The open-QA stages (REALM Table 1): train a span reader on gold passages (`qa_reader`, one per
+reader start), fine-tune each system on its own retrieval from it (`openqa_model`), then
+evaluate systems side by side (`openqa_eval`: exact match and F1 on the full split and on its
+answerable subset, recall@k of the retrieved blocks and of the text the reader read, the
+gold-paragraph reader's ceiling, paired differences with intervals, every prediction).
 
 A system is a retriever + a reader start:
 
-| system          | retrieval                      | reader starts from              |
-|-----------------|--------------------------------|---------------------------------|
-| no retrieval    | none (null block only)         | the baseline reader             |
-| BM25 + reader   | bm25s, uniform p(z|x)          | the baseline reader             |
-| ICT (ORQA-like) | ICT encoders, index frozen     | the baseline reader             |
-| REALM           | REALM's encoders, index frozen | REALM's knowledge-augm. encoder |
+| system          | retrieval                      | reader starts from                        |
+|-----------------|--------------------------------|-------------------------------------------|
+| no retrieval    | none (null block only)         | the baseline reader                       |
+| BM25 + reader   | bm25s, its scores as logits    | the baseline reader                       |
+| ICT (ORQA-like) | ICT encoders, index frozen     | the baseline reader                       |
+| REALM           | REALM's encoders, index frozen | REALM's knowledge-augmented encoder       |
 
-The baseline reader plays BERT's part in the paper, where ORQA's reader starts from BERT and
-REALM's from BERT + REALM pretraining: it is the reader masked-LM warm-up that REALM pretraining
-itself starts from (`pretrain.reader_mlm`), or the bundled encoder where the preset has none.
-So a REALM gain over ICT is REALM pretraining's, not the warm-up's.
-
-Every trained system gets the same fine-tuning config (steps, batch, learning rate).
+The baseline reader plays BERT's part in the paper (ORQA's reader starts from BERT, REALM's from
+BERT + REALM pretraining): `pretrain.reader_encoder`, or the reader masked-LM warm-up REALM
+itself starts from (`finetune.reader_start`). Every system gets the same budgets; each
+retrieving system's temperature is fit on dev questions, never on test.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,27 +34,27 @@ from realm_core.config import (
     BUNDLED_ENCODER,
     EmbedConfig,
     FinetuneConfig,
-    OpenQAEvalConfig,
     PretrainConfig,
 )
 from realm_core.curves import curve_markdown, plot_curves
-from realm_core.errors import ConfigError, InputError
-from realm_core.openqa.answers import exact_match
-from realm_core.openqa.finetune import (
-    BlockStore,
-    QAModels,
-    QAQuestion,
-    QARetriever,
-    finetune,
-    predict,
-)
-from realm_core.progress import NoProgress, Progress
+from realm_core.errors import ConfigError
+from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
+from realm_core.openqa.reading import BlockStore, QAQuestion
+from realm_core.openqa.retrievers import RETRIEVERS, Dense, Retriever
+from realm_core.progress import Progress
 
+READER_KIND = "qa_reader"
 MODEL_KIND = "openqa_model"
 EVAL_KIND = "openqa_eval"
 QA_CODE = ("realm_core.openqa.qa_stage", "realm_core.openqa.finetune", "realm_core.openqa.span_reader",
-           "realm_core.openqa.answers", "realm_core.retrieval.encoders", "realm_core.training")
-CURVE_COLUMNS = ("step", "loss", "with_gold", "learning_rate")
+           "realm_core.openqa.reading", "realm_core.openqa.retrievers", "realm_core.openqa.answers",
+           "realm_core.openqa.significance", "realm_core.openqa.evaluation", "realm_core.retrieval.encoders",
+           "realm_core.training")
+CURVE_COLUMNS = ("step", "loss", "dev_em", "with_gold", "learning_rate")
+GOLD_SYSTEM = "gold paragraph reader"
+# what the gold-passage phase depends on (the open phase's budget does not change it)
+GOLD_FIELDS = ("dataset", "split", "dev_split", "dev_questions", "form", "gold_passage", "reader_length",
+               "question_length", "max_span_length", "weight_decay", "max_grad_norm", "dropout", "seed", "precision")
 NOTE_SMALL_CORPUS = ("NQ, WebQuestions and CuratedTREC were written against all of Wikipedia; "
                      "over a small corpus most answers are absent, so compare systems on the "
                      "answerable subset and expect paper-level numbers only from the full dump "
@@ -112,16 +112,21 @@ def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed
     return systems
 
 
-def baseline_reader(warm_reader: ArtifactRef | None, pretrain: PretrainConfig) -> str:
-    """The BERT directory the baselines' span readers start from: the reader masked-LM warm-up's
-    (`warm_reader`, the run_warm_reader artifact) or, without one, REALM's reader encoder."""
+def baseline_reader(warm_reader: ArtifactRef | None, pretrain: PretrainConfig, finetune: FinetuneConfig) -> str:
+    """The BERT directory the baselines' span readers start from: `pretrain.reader_encoder`, or
+    the reader masked-LM warm-up's (`warm_reader`, the run_warm_reader artifact) when
+    `finetune.reader_start` asks for it and the preset has one."""
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
 
-    return reader_mlm_dir(warm_reader) if warm_reader is not None else pretrain.reader_encoder
+    if finetune.reader_start == "reader_mlm" and warm_reader is not None:
+        return reader_mlm_dir(warm_reader)
+    return pretrain.reader_encoder
 
 
 def load_questions(store: ArtifactStore, questions_ref: ArtifactRef, dataset: str, split: str,
-                   limit: int | None = None) -> list[QAQuestion]:
+                   limit: int | None = None, blocks: BlockStore | None = None) -> list[QAQuestion]:
+    """One dataset's split; with `blocks`, each question's gold passage (SQuAD) is added to them
+    and its id recorded, for the gold-passage reader."""
     art = store.open(questions_ref, kind="questions")
     table = art.read_table("questions").to_pylist()
     rows = [r for r in table if r["dataset"] == dataset and r["split"] == split]
@@ -129,34 +134,116 @@ def load_questions(store: ArtifactStore, questions_ref: ArtifactRef, dataset: st
         have = sorted({f"{r['dataset']}/{r['split']}" for r in table})
         raise ConfigError(f"{art.path}: no {dataset}/{split} questions; the questions stage holds "
                           f"{', '.join(have)} (add a source to `questions.sources`)")
-    return [QAQuestion(r["qid"], r["question"], tuple(r["answers"]), r["match"]) for r in rows[:limit]]
+    out = []
+    for r in rows[:limit]:
+        passage = blocks.add_passage(r["title"] or "", r["context"]) if blocks is not None and r.get("context") else None
+        out.append(QAQuestion(r["qid"], r["question"], tuple(r["answers"]), r["match"], passage))
+    return out
 
 
-def _blocks(store: ArtifactStore, blocks_ref: ArtifactRef, tokenizer: Any) -> BlockStore:
+def _blocks(store: ArtifactStore, blocks_ref: ArtifactRef | None, tokenizer: Any) -> BlockStore:
+    if blocks_ref is None:
+        return BlockStore([], [], tokenizer)
     table = store.open(blocks_ref, kind="blocks").read_table("blocks", ["title", "text"])
     return BlockStore(table.column("title").to_pylist(), table.column("text").to_pylist(), tokenizer)
 
 
 def _retriever(store: ArtifactStore, blocks_ref: ArtifactRef, system: QASystem, blocks: BlockStore,
-               query_encoder: Any, tokenizer: Any, config: FinetuneConfig) -> QARetriever:
+               query_encoder: Any, tokenizer: Any, config: FinetuneConfig) -> Retriever:
     if system.retrieval != "dense":
-        return QARetriever(system.retrieval, blocks, config.top_k, config.question_length)
+        return RETRIEVERS[system.retrieval](blocks, config.top_k)
     from realm_core.retrieval.embed import load_embeddings
     from realm_core.retrieval.stage import run_embed_blocks
 
     assert system.doc_embed is not None
     emb = store.open(run_embed_blocks(store, blocks_ref, system.doc_embed).ref, kind="embeddings")
-    vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"], len(blocks))
+    vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"], blocks.corpus_size)
     if vectors.shape[1] != query_encoder.projection_dim:
         raise ConfigError(f"{emb.path}: block embeddings of dimension {vectors.shape[1]}, query "
                           f"encoder {system.query_encoder} gives {query_encoder.projection_dim}")
-    return QARetriever("dense", blocks, config.top_k, config.question_length, query_encoder, tokenizer, vectors)
+    return Dense(blocks, config.top_k, query_encoder, tokenizer, vectors, config.question_length)
+
+
+def _check_reader_length(config: FinetuneConfig) -> None:
+    if config.reader_length < config.question_length + 4:
+        raise ConfigError(f"finetune.reader_length {config.reader_length} cannot hold a question of "
+                          f"finetune.question_length {config.question_length} and one body wordpiece "
+                          f"(at least {config.question_length + 4})")
+
+
+def _curve(rows: list[dict[str, Any]]) -> str:
+    """The curve's markdown over the columns every row has (dev EM only where evaluated)."""
+    if not rows:
+        return "no steps"
+    return curve_markdown(rows, tuple(c for c in CURVE_COLUMNS if all(r.get(c) is not None for r in rows)))
+
+
+def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
+    seen = int(sum(r["questions"] for r in curves.steps))
+    return {"steps_run": len(curves.steps), "examples_seen": seen,
+            "no_gold_span": int(sum(r.get("no_gold_span", 0) for r in curves.steps)),
+            "epochs": round(seen / max(n_questions, 1), 3),
+            "wall_seconds": round(curves.steps[-1]["wall_seconds"], 1) if curves.steps else 0.0,
+            "best_dev_em": curves.best_dev_em, "best_step": curves.best_step, "stopped_early": curves.stopped_early}
+
+
+def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: FinetuneConfig,
+                    progress: Progress | None = None) -> StageResult | None:
+    """The span reader trained on each training question's gold passage (`finetune.gold_passage`),
+    checkpoint chosen by dev exact match on the dev questions' gold passages. Retriever-free, so
+    one artifact per reader start serves every system. None when the phase has no steps."""
+    from realm_core.distributed import Placement
+    from realm_core.encoders import load_tokenizer
+    from realm_core.openqa.retrievers import GoldPassage
+    from realm_core.openqa.span_reader import SpanReader
+    from realm_core.retrieval.stage import encoder_hash
+
+    budget = config.gold_passage
+    if budget.steps == 0:
+        return None
+    _check_reader_length(config)
+    section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
+    inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
+              "code": code_version(QA_CODE, ("torch", "transformers"))}
+    section_hash = artifact_key(json.dumps(section, sort_keys=True), {})
+    key = artifact_key(section_hash, inputs)
+    if (hit := store.lookup(READER_KIND, key)) is not None:
+        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    tokenizer = load_tokenizer(reader_start)
+    blocks = _blocks(store, None, tokenizer)
+    questions = [q for q in load_questions(store, questions_ref, config.dataset, config.split, blocks=blocks)
+                 if q.passage is not None]
+    if not questions:
+        raise ConfigError(f"{config.dataset}/{config.split} questions have no gold passages (SQuAD sources "
+                          "do); set finetune.gold_passage.steps=0")
+    dev = [q for q in load_questions(store, questions_ref, config.dataset, config.dev_split,
+                                     config.dev_questions, blocks=blocks) if q.passage is not None]
+    reader = SpanReader.from_pretrained(reader_start, config.max_span_length, config.dropout, config.seed)
+    models = QAModels(reader, None)
+    checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{key}"
+    curves = train_reader(models, GoldPassage(blocks, 1), questions, blocks, tokenizer, config, budget,
+                          checkpoints, dev, progress, Placement.single())
+    stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
+             **_budget_stats(curves, len(questions))}
+    report = (f"### gold-passage reader from {reader_start}\n\n"
+              + _curve([r for r in curves.steps if r["dev_em"] is not None] or curves.steps))
+    with store.write(READER_KIND, key, config=section, config_hash=section_hash, inputs=inputs) as out:
+        reader.save_pretrained(out.tmp / "reader")
+        tokenizer.save_pretrained(str(out.tmp / "reader"))
+        out.table("finetune_curve").write([{**r, "phase": "gold_passage"} for r in curves.steps])
+        out.extra_manifest.update({"stats": stats, "report": report})
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    hit = store.lookup(READER_KIND, key)
+    assert hit is not None
+    return StageResult(hit.ref, False, stats, report)
 
 
 def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
                  system: QASystem, config: FinetuneConfig, progress: Progress | None = None,
                  force: bool = False) -> StageResult:
-    from realm_core.distributed import Placement, rank_zero_artifact
+    """A system's fine-tuned reader and query encoder: from its reader start through the
+    gold-passage phase (cached, shared), then `config.steps` on its own top-k blocks."""
+    from realm_core.distributed import Placement, rank_zero_artifact, rank_zero_first
     from realm_core.encoders import load_tokenizer
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
@@ -164,36 +251,46 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     if system.retrieval == "none":
         raise ConfigError(f"{system.name}: a system that retrieves nothing has no span to learn from; "
                           "it is evaluated as it is")
+    _check_reader_length(config)
+    placement = Placement.from_env(config.device, config.precision)
+    with rank_zero_first(placement):  # one process trains the shared gold-passage reader
+        gold = run_gold_reader(store, questions_ref, system.reader, config, progress)
+    reader_dir = f"{gold.ref.path}/reader" if gold is not None else system.reader
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
-              **system.hashes(), "code": code_version(QA_CODE, ("torch", "transformers", "bm25s"))}
+              **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",
+              "code": code_version(QA_CODE, ("torch", "transformers", "bm25s"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(MODEL_KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
-    placement = Placement.from_env(config.device, config.precision)
-    questions = load_questions(store, questions_ref, config.dataset, config.split)
     tokenizer = load_tokenizer(system.reader)
     blocks = _blocks(store, blocks_ref, tokenizer)
+    questions = load_questions(store, questions_ref, config.dataset, config.split)
+    dev = load_questions(store, questions_ref, config.dataset, config.dev_split, config.dev_questions) \
+        if config.eval_every else None
     query_encoder = None
     if system.retrieval == "dense":
         assert system.query_encoder is not None
         query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=config.dropout)
     retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)
-    reader = SpanReader.from_pretrained(system.reader, config.max_span_length, config.dropout, config.seed)
+    reader = SpanReader.from_pretrained(reader_dir, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, query_encoder)
     checkpoints = Path(store.root) / "checkpoints" / f"finetune-{key}"
-    curves = finetune(models, retriever, questions, blocks, tokenizer, config, checkpoints, progress, placement)
+    curves = train_reader(models, retriever, questions, blocks, tokenizer, config, config.budget(),
+                          checkpoints, dev, progress, placement)
     if not placement.is_main:
         return rank_zero_artifact(placement, store, MODEL_KIND, key)
     trained = [r for r in curves.steps if r["loss"] == r["loss"]]  # NaN: nothing to learn that step
     tail = trained[-min(20, len(trained)):]
-    stats = {"system": system.name, "dataset": f"{config.dataset}/{config.split}",
-             "train_questions": len(questions), "steps": config.steps, "steps_trained": len(trained),
-             "questions_seen": int(sum(r["questions"] for r in curves.steps)),
-             "with_gold": round(float(np.mean([r["with_gold"] for r in curves.steps])), 3),
+    stats = {"system": system.name, "dataset": f"{config.dataset}/{config.split}", "train_questions": len(questions),
+             "steps": config.steps, "steps_trained": len(trained),
+             "with_gold": round(float(np.mean([r["with_gold"] for r in curves.steps])), 3) if curves.steps else None,
              "final_loss": round(float(np.mean([r["loss"] for r in tail])), 4) if tail else None,
+             "gold_passage": gold.stats if gold is not None else None, "open": _budget_stats(curves, len(questions)),
              "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision}
-    report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n" + curve_markdown(
-        curves.steps, CURVE_COLUMNS)
+    report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n"
+    if gold is not None:
+        report += gold.report + "\n\n"
+    report += "open-domain phase:\n\n" + _curve(curves.steps)
     with store.write(MODEL_KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
                      inputs=inputs, replace=force) as out:
         reader.save_pretrained(out.tmp / "reader")
@@ -201,130 +298,13 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
         if query_encoder is not None:
             query_encoder.eval()
             query_encoder.save_pretrained(out.tmp / "query_encoder", tokenizer_source=system.reader)
-        out.table("finetune_curve").write(curves.steps)
-        plot_curves(curves.steps, "step", ["loss", "with_gold"], out.file("finetune_curve.png"),
-                    f"open-QA fine-tuning: {system.name}")
+        out.table("finetune_curve").write([{**r, "phase": "open"} for r in curves.steps])
+        if curves.steps:
+            plot_curves(curves.steps, "step", ["loss", "with_gold"], out.file("finetune_curve.png"),
+                        f"open-QA fine-tuning: {system.name}")
         out.extra_manifest.update({"stats": stats, "report": report, "system": system.spec()})
     shutil.rmtree(checkpoints, ignore_errors=True)
     placement.barrier()
     hit = store.lookup(MODEL_KIND, key)
     assert hit is not None
     return StageResult(hit.ref, False, stats, report)
-
-
-def answer_correct(prediction: str, q: QAQuestion) -> bool:
-    """SQuAD exact match after normalisation; CuratedTREC: a regex matches the prediction from
-    its start, case-insensitively (DrQA's and REALM's regex_match_score)."""
-    if q.match == "regex":
-        return any(re.match(p, prediction, flags=re.IGNORECASE) is not None for p in q.answers)
-    return exact_match(prediction, q.answers)
-
-
-def answerable(questions: list[QAQuestion], blocks: BlockStore) -> list[bool]:
-    """Does a gold answer occur in some block of the corpus (DPR's has_answer; regex search)?"""
-    from realm_core.openqa.answers import token_string
-
-    joined = "\n".join(blocks.tokens(z) for z in range(len(blocks)))  # one token string per line
-    out = []
-    for q in questions:
-        if q.match == "regex":
-            out.append(any(blocks.holds_answer(q, z) for z in range(len(blocks))))
-        else:
-            out.append(any(n.strip() and n in joined for n in map(token_string, q.answers)))
-    return out
-
-
-def _check_regexes(questions: list[QAQuestion], source: str) -> None:
-    for q in questions:
-        if q.match == "regex":
-            for p in q.answers:
-                try:
-                    re.compile(p)
-                except re.error as e:
-                    raise InputError(source, "valid answer regexes", found=f"{p!r} ({e})",
-                                     position=q.qid) from None
-
-
-def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
-                        entries: list[tuple[QASystem, ArtifactRef | None]], finetune_config: FinetuneConfig,
-                        config: OpenQAEvalConfig, progress: Progress | None = None) -> StageResult:
-    """Each system answers every dataset's questions; `entries` pairs a system with its
-    fine-tuned `openqa_model` (None: evaluated as it is, e.g. no retrieval)."""
-    from realm_core.encoders import load_tokenizer
-    from realm_core.openqa.span_reader import SpanReader
-    from realm_core.retrieval.encoders import RetrieverEncoder
-
-    progress = progress or NoProgress()
-    inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
-              "finetune": finetune_config.config_hash(), "code": code_version(QA_CODE, ("bm25s",))}
-    for i, (system, model) in enumerate(entries):
-        inputs[f"system{i}"] = str(system.spec()) + (f"@{model.content_hash}" if model else "")
-    key = artifact_key(config.config_hash(), inputs)
-    if (hit := store.lookup(EVAL_KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
-    tokenizer = load_tokenizer(entries[0][0].reader)
-    blocks = _blocks(store, blocks_ref, tokenizer)
-    datasets = {d: load_questions(store, questions_ref, d, config.split, config.question_limits.get(d))
-                for d in config.datasets}
-    qa_path = store.open(questions_ref, kind="questions").path
-    for qs in datasets.values():
-        _check_regexes(qs, qa_path)
-    in_corpus = {d: answerable(qs, blocks) for d, qs in datasets.items()}
-    results: dict[str, Any] = {d: {"questions": len(qs), "answerable": int(sum(in_corpus[d])), "systems": {}}
-                               for d, qs in datasets.items()}
-    rows: list[dict[str, Any]] = []
-    for system, model in entries:
-        reader_dir = f"{model.path}/reader" if model else system.reader
-        query_dir = f"{model.path}/query_encoder" if model and system.retrieval == "dense" else system.query_encoder
-        reader = SpanReader.from_pretrained(reader_dir, finetune_config.max_span_length, seed=finetune_config.seed)
-        query_encoder = None
-        if system.retrieval == "dense":
-            assert query_dir is not None
-            query_encoder = RetrieverEncoder.from_pretrained(query_dir).eval()
-        retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, finetune_config)
-        for d, qs in datasets.items():
-            preds = predict(QAModels(reader, query_encoder), retriever, qs, blocks, tokenizer, finetune_config,
-                            config.answer_candidates, config.batch_size, progress)
-            correct = [answer_correct(p.answer, q) for p, q in zip(preds, qs, strict=True)]
-            retrieved = [any(blocks.holds_answer(q, z) for z in p.block_ids) for p, q in zip(preds, qs, strict=True)]
-            subset = [c for c, a in zip(correct, in_corpus[d], strict=True) if a]
-            results[d]["systems"][system.name] = {
-                "EM": float(np.mean(correct)) if correct else 0.0,
-                "EM answerable": float(np.mean(subset)) if subset else 0.0,
-                f"R@{finetune_config.top_k}": float(np.mean(retrieved)) if retrieved else 0.0}
-            rows += [{"dataset": d, "split": config.split, "system": system.name, "qid": q.qid,
-                      "question": q.question, "answers": list(q.answers), "predicted": p.answer,
-                      "score": p.score, "correct": c, "answer_retrieved": r, "answerable": a,
-                      "block_ids": p.block_ids}
-                     for q, p, c, r, a in zip(qs, preds, correct, retrieved, in_corpus[d], strict=True)]
-    specs = [{"name": s.name, "note": s.note, "fine_tuned": m is not None, "reader_start": s.reader}
-             for s, m in entries]
-    report = results_markdown(results, specs, finetune_config)
-    stats = {f"{d} EM {s}": round(m["EM"], 4) for d, r in results.items() for s, m in r["systems"].items()}
-    with store.write(EVAL_KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
-                     inputs=inputs) as out:
-        out.table("openqa_predictions").write(rows)
-        out.extra_manifest.update({"results": results, "systems": specs, "stats": stats, "report": report,
-                                   "finetune": finetune_config.model_dump(mode="json")})
-    hit = store.lookup(EVAL_KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
-
-
-def results_markdown(results: dict[str, Any], systems: list[dict[str, Any]], config: FinetuneConfig) -> str:
-    """REALM Table 1 layout: a row per system, a column per dataset; each cell is exact match on
-    the full split / on the answerable subset, then recall@k of the retrieved blocks."""
-    names = list(results)
-    k = config.top_k
-    lines = ["| system | " + " | ".join(f"{d} EM / answerable EM / R@{k}" for d in names) + " |",
-             "|---|" + "---:|" * len(names)]
-    for s in systems:
-        cells = []
-        for d in names:
-            m = results[d]["systems"][s["name"]]
-            cells.append(f"{100 * m['EM']:.1f} / {100 * m['EM answerable']:.1f} / {100 * m[f'R@{k}']:.1f}")
-        lines.append(f"| {s['name']}{' (' + s['note'] + ')' if s['note'] else ''} | " + " | ".join(cells) + " |")
-    sizes = "; ".join(f"{d}: {r['questions']:,} questions, {r['answerable']:,} answerable" for d, r in results.items())
-    return "\n".join(lines) + (f"\n\nQuestions ({sizes}). Fine-tuned on {config.dataset}/{config.split}, "
-                               f"{config.steps} steps x {config.batch_size} questions, top-{k} blocks. "
-                               + NOTE_SMALL_CORPUS)

@@ -17,6 +17,8 @@ class Question:
     answers: tuple[str, ...]
     dataset: str
     match: Literal["text", "regex"] = "text"  # CuratedTREC's answers are regexes
+    title: str | None = None                  # SQuAD: the gold paragraph's article title
+    context: str | None = None                # SQuAD: the gold paragraph
 
 
 @dataclass
@@ -56,7 +58,8 @@ def squad_questions(path: Path, articles: tuple[int, int], name: str = "squad-op
                     dropped["no answer"] += 1
                     continue
                 out.append(Question(str(qa.get("id", f"{a}-{p}-{len(out)}")), qa["question"].strip(),
-                                    answers, name))
+                                    answers, name, title=str(data["data"][a].get("title", "")).replace("_", " "),
+                                    context=str(para.get("context", "")).strip()))
     return QuestionSet(name, out, dropped)
 
 

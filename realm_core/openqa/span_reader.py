@@ -4,11 +4,17 @@ For a question x and a retrieved block z the reader reads `[CLS] x [SEP] z_title
 [SEP]`; a candidate answer is a span s of the block of at most `max_span_length` wordpieces,
 scored from its start and end hidden states:
 
-    S(s) = MLP([h_start(s); h_end(s)])
-    p(y|z,x) ∝ Σ_{s in z matching y} exp(S(s))          (softmax over all spans of z)
-    p(y|x)   = Σ_z p(y|z,x) p(z|x)
+    S(s) = w · LayerNorm(ReLU(W_s h_start(s) + W_e h_end(s) + b))    (ORQA's span head)
 
-so the loss marginalises over every matching span in every retrieved block.
+and the answer's probability marginalises over every matching span in every retrieved block,
+in one of two forms:
+
+    per_block (REALM §3.3):  p(y|x) = Σ_z p(z|x) Σ_{s in z matching y} softmax_{spans of z}(S)(s)
+    joint (ORQA):            p(y|x) = Σ_{(z,s) matching y} softmax_{all (z,s)}(S(s) + log p(z|x))(z,s)
+
+In the per-block form each block's spans sum to one, so a block without the answer still offers
+a confident span and the choice between blocks rests on p(z|x) alone; the joint form compares
+span scores across blocks (the reader learns "no answer here") with the retrieval score added.
 
 Shapes: B questions, K blocks, T tokens, H hidden, L max span length, S = T * L candidate spans
 (start t, length l+1), most of them masked.
@@ -36,13 +42,18 @@ class SpanScorer(nn.Module):
     def __init__(self, hidden: int, max_span_length: int) -> None:
         super().__init__()
         self.max_span_length = max_span_length
-        self.mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.LayerNorm(hidden),
+                                 nn.Linear(hidden, 1))
+        for layer in (self.mlp[0], self.mlp[3]):  # ORQA/BERT: N(0, 0.02) weights, zero bias
+            assert isinstance(layer, nn.Linear)
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
 
     def forward(self, hidden: torch.Tensor, block_token_mask: torch.Tensor) -> torch.Tensor:
         """hidden (B, K, T, H), block_token_mask (B, K, T) True on block-body tokens ->
         span scores (B, K, T, L), -inf where a span leaves the block body."""
         t, h = hidden.shape[2], hidden.shape[3]
-        first, last = self.mlp[0], self.mlp[2]
+        first, norm, last = self.mlp[0], self.mlp[2], self.mlp[3]
         assert isinstance(first, nn.Linear)
         as_start = hidden @ first.weight[:, :h].T + first.bias  # (B, K, T, H)
         as_end = hidden @ first.weight[:, h:].T  # (B, K, T, H)
@@ -50,31 +61,40 @@ class SpanScorer(nn.Module):
         inside = block_token_mask
         for length in range(self.max_span_length):
             ends = (torch.arange(t) + length).clamp(max=t - 1)  # (T,)
-            score = last(torch.relu(as_start + as_end[:, :, ends])).squeeze(-1)  # (B, K, T)
+            score = last(norm(torch.relu(as_start + as_end[:, :, ends]))).squeeze(-1)  # (B, K, T)
             # every token from start to end is a body token, and the end is inside the row
             inside = inside & block_token_mask[:, :, ends] & (torch.arange(t) + length < t)
             scores.append(score.masked_fill(~inside, float("-inf")))
         return torch.stack(scores, dim=-1)  # (B, K, T, L)
 
 
-def span_marginal_likelihood(span_scores: torch.Tensor, gold: torch.Tensor,
-                             log_p_z: torch.Tensor) -> torch.Tensor:
-    """log p(y|x) = logsumexp over blocks z and gold spans s in z of
-    log p(z|x) + log softmax_{spans of z}(S)(s).
-
-    span_scores (B, K, T, L); gold (B, K, T, L) True for spans whose text matches an answer;
-    log_p_z (B, K). Returns (B,); -inf where no retrieved block holds a gold span."""
+def span_log_probs(span_scores: torch.Tensor, log_p_z: torch.Tensor, form: str) -> torch.Tensor:
+    """log p(z, s | x) of every span of every block, (B, K, S) flattened spans; -inf-like
+    (`_MASKED`) where a span leaves the block body. `form` is per_block or joint (module doc)."""
     b, k = log_p_z.shape
     # Masked entries are a large finite negative, not -inf: a logsumexp over nothing but -inf
     # has a NaN gradient, which would reach the shared weights through the blocks (and the
-    # questions) that hold no gold span. The result is -inf where no gold span is retrieved.
+    # questions) that hold no gold span.
     flat = span_scores.reshape(b, k, -1)  # (B, K, S)
     flat = flat.masked_fill(~torch.isfinite(flat), _MASKED)
-    log_p_s = torch.log_softmax(flat, dim=-1)  # within each block
-    gold = gold.reshape(b, k, -1)
-    on_gold = log_p_s.masked_fill(~gold, _MASKED)
-    per_block = torch.logsumexp(on_gold, dim=-1)  # (B, K) log p(y|z,x), ~_MASKED without gold
-    log_p_y = torch.logsumexp(per_block + log_p_z, dim=-1)  # (B,)
+    if form == "per_block":
+        return torch.log_softmax(flat, dim=-1) + log_p_z[:, :, None]  # within each block, then p(z|x)
+    if form == "joint":
+        joint = (flat + log_p_z[:, :, None]).reshape(b, -1)  # (B, K*S) one softmax over all pairs
+        return torch.log_softmax(joint, dim=-1).reshape(b, k, -1)
+    raise ValueError(f"marginal form {form!r}: expected per_block or joint")
+
+
+def span_marginal_likelihood(span_scores: torch.Tensor, gold: torch.Tensor, log_p_z: torch.Tensor,
+                             form: str = "per_block") -> torch.Tensor:
+    """log p(y|x) = logsumexp over the gold (block, span) pairs of log p(z, s|x).
+
+    span_scores (B, K, T, L); gold (B, K, T, L) True for spans whose text matches an answer;
+    log_p_z (B, K). Returns (B,); -inf where no retrieved block holds a gold span."""
+    b = log_p_z.shape[0]
+    log_p = span_log_probs(span_scores, log_p_z, form)  # (B, K, S)
+    on_gold = log_p.masked_fill(~gold.reshape(log_p.shape), _MASKED)
+    log_p_y = torch.logsumexp(on_gold.reshape(b, -1), dim=-1)  # (B,)
     return torch.where(gold.flatten(1).any(-1), log_p_y, torch.full_like(log_p_y, float("-inf")))
 
 
@@ -149,10 +169,12 @@ class SpanReader(nn.Module):
             {"max_span_length": self.scorer.max_span_length}, indent=2))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                block_token_mask: torch.Tensor) -> torch.Tensor:
-        """(B, K, T) rows -> span scores (B, K, T, L)."""
+                block_token_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, K, T) rows -> span scores (B, K, T, L). `token_type_ids` mark the block (BERT's
+        segment B) after the question."""
         b, k, t = input_ids.shape
-        hidden = self.bert(input_ids=input_ids.view(b * k, t),
-                           attention_mask=attention_mask.view(b * k, t)).last_hidden_state  # (BK, T, H)
+        types = token_type_ids.reshape(b * k, t) if token_type_ids is not None else None
+        hidden = self.bert(input_ids=input_ids.view(b * k, t), attention_mask=attention_mask.view(b * k, t),
+                           token_type_ids=types).last_hidden_state  # (BK, T, H)
         scores: torch.Tensor = self.scorer(hidden.view(b, k, t, -1), block_token_mask)
         return scores

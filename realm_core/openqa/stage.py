@@ -42,7 +42,8 @@ def run_load_questions(store: ArtifactStore, config: QuestionsConfig) -> StageRe
     for source in config.sources:
         qs = read_source(source)
         rows += [{"dataset": source.dataset, "split": source.split, "qid": q.qid, "question": q.question,
-                  "answers": list(q.answers), "match": q.match} for q in qs.questions]
+                  "answers": list(q.answers), "match": q.match, "title": q.title, "context": q.context}
+                 for q in qs.questions]
         stats[f"{source.dataset}/{source.split}"] = len(qs.questions)
         counted = {reason: n for reason, n in qs.dropped.items() if n}
         if counted:

@@ -35,6 +35,25 @@ def test_marginal_over_blocks_and_matching_spans() -> None:
     assert float(none[0]) == float("-inf")
 
 
+def test_joint_softmax_over_block_span_pairs_by_hand() -> None:
+    """ORQA's form: one softmax over every (block, span) of S(s) + log p(z|x). Same example:
+    the pairs weigh 0.25*1, 0.25*3, 0.75*1, 0.75*1 (total 2.5); the gold ones 0.75 + 0.75 + 0.75."""
+    scores = torch.tensor([[[[0.0], [math.log(3.0)]], [[0.0], [0.0]]]])
+    gold = torch.tensor([[[[False], [True]], [[True], [True]]]])
+    log_p_z = torch.log(torch.tensor([[0.25, 0.75]]))
+    got = span_marginal_likelihood(scores, gold, log_p_z, form="joint")
+    assert float(got[0]) == pytest.approx(math.log(2.25 / 2.5), abs=1e-6)
+    # a block's answer counts against the other block's spans: raising block 1's non-gold...
+    only_b0 = torch.tensor([[[[False], [True]], [[False], [False]]]])
+    assert float(span_marginal_likelihood(scores, only_b0, log_p_z, form="joint")[0]) == pytest.approx(
+        math.log(0.75 / 2.5), abs=1e-6)
+    # ...while per block, block 0's spans sum to one whatever block 1 offers
+    assert float(span_marginal_likelihood(scores, only_b0, log_p_z)[0]) == pytest.approx(
+        math.log(0.25 * 0.75), abs=1e-6)
+    with pytest.raises(ValueError, match="per_block or joint"):
+        span_marginal_likelihood(scores, gold, log_p_z, form="other")
+
+
 def test_decomposed_first_layer_equals_the_mlp_on_concatenated_states() -> None:
     torch.manual_seed(1)
     scorer = SpanScorer(hidden=6, max_span_length=3)

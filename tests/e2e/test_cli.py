@@ -101,11 +101,18 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, 
     assert "fine-tuned BM25 + reader" in r.stdout and "answerable EM" in r.stdout
     result = json.loads((tmp_path / "qa.json").read_text())
     squad = result["results"]["squad-open"]
-    assert set(squad["systems"]) == {"no retrieval", "BM25 + reader"} and squad["questions"] == 12
-    assert squad["systems"]["no retrieval"] == {"EM": 0.0, "EM answerable": 0.0, "R@2": 0.0}
-    # the baselines' span readers start from the reader masked-LM warm-up REALM starts from
-    warm_up = next((tmp_path / "art" / "reader_mlm").iterdir())
-    assert {s["reader_start"] for s in result["systems"]} == {str(warm_up / "reader")}
+    assert set(squad["systems"]) == {"gold paragraph reader", "no retrieval", "BM25 + reader"}
+    assert squad["questions"] == 12
+    assert squad["systems"]["no retrieval"] == {"EM": 0.0, "EM answerable": 0.0, "F1": 0.0, "R@2": 0.0,
+                                                "R@2 read": 0.0, "form": "joint", "temperature": "uniform"}
+    # the gold paragraph reader reads each question's own paragraph: its recall is 1 by construction
+    assert squad["systems"]["gold paragraph reader"]["R@2"] == 1.0
+    assert set(squad["paired"]) == {"gold paragraph reader - BM25 + reader"}
+    paired = squad["paired"]["gold paragraph reader - BM25 + reader"]
+    assert paired["ci95"][0] <= paired["delta"] <= paired["ci95"][1] and 0 <= paired["mcnemar_p"] <= 1
+    # the baselines' span readers start from the encoder itself (finetune.reader_start=encoder)
+    assert {s["reader_start"] for s in result["systems"]} == {"bundled:all-MiniLM-L6-v2"}
+    assert result["budget"]["BM25 + reader"]["gold_passage"]["examples_seen"] > 0
     predictions = next((tmp_path / "art" / "openqa_eval").iterdir()) / "openqa_predictions"
     assert any(predictions.glob("*.parquet"))
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)

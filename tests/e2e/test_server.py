@@ -81,8 +81,8 @@ def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None
     # Table 1: BM25, ICT and REALM fine-tuned with one budget; all four systems evaluated
     assert len(list((artifacts / "openqa_model").glob("*/manifest.json"))) == 3
     qa = json.loads(next((artifacts / "openqa_eval").glob("*/manifest.json")).read_text())
-    assert set(qa["results"]["squad-open"]["systems"]) == {"no retrieval", "BM25 + reader",
-                                                           "ICT (ORQA-like)", "REALM"}
+    assert set(qa["results"]["squad-open"]["systems"]) == {"gold paragraph reader", "no retrieval",
+                                                           "BM25 + reader", "ICT (ORQA-like)", "REALM"}
     report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())
     assert report["rows"]["blocks"] == 612
     run_deployment(server, "chunk-blocks/realm")
