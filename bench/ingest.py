@@ -5,7 +5,12 @@ The gensim enwiki slice (206 pages) is replicated with fresh page ids to >= 20,0
 pages/s, the ratio realm/wikiextractor, peak RSS of each process tree, and how clean each output
 is (markup left per million output characters). Results: bench/results/ingest.json.
 
+`--leaks` alone ingests the demo preset's three Wikipedia dumps with `realm ingest` and counts the
+markup left in its documents (per million characters, per kind), stored under `demo_corpus_leaks`
+in the same results file: a quick check that cleaning leaks nothing on the whole demo corpus.
+
     .venv/bin/python bench/ingest.py [--pages 20000] [--scales 1 4]
+    .venv/bin/python bench/ingest.py --leaks
 """
 
 from __future__ import annotations
@@ -98,12 +103,45 @@ def wikiextractor_texts(out: Path) -> list[str]:
     return docs
 
 
+def demo_corpus_leaks() -> dict:
+    """Markup left by `realm ingest` in the demo preset's Wikipedia documents."""
+    import json
+
+    from realm_core.config import load_config
+
+    root = WORK / "demo-leaks"
+    subprocess.run(["rm", "-rf", str(root)], check=True)
+    wiki = [s.model_dump(mode="json") for s in load_config("demo").ingest.sources if s.kind == "wikipedia"]
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "ingest", "--preset", "demo", "--root", str(root),
+                           "--set", f"ingest.sources={json.dumps(wiki)}"], capture_output=True, text=True,
+                          env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+    if proc.returncode != 0:
+        raise SystemExit(f"realm ingest failed:\n{proc.stderr[-2000:]}")
+    texts = realm_texts(root)
+    leaks = residue_per_million(texts)
+    return {"sources": [Path(s["path"]).name for s in wiki], "documents": len(texts),
+            "chars": sum(len(t) for t in texts), "markup_per_million_chars": leaks,
+            "total_per_million_chars": round(sum(leaks.values()), 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pages", type=int, default=20_000, help="pages at scale 1 (at least)")
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--leaks", action="store_true", help="only the markup-leak count over the demo corpus")
     args = ap.parse_args()
+    if args.leaks:
+        import json
+
+        from peers import RESULTS
+
+        result = json.loads((RESULTS / "ingest.json").read_text()) if (RESULTS / "ingest.json").is_file() else {}
+        result["demo_corpus_leaks"] = demo_corpus_leaks()
+        print(f"demo corpus: {result['demo_corpus_leaks']['documents']} documents, markup/M chars "
+              f"{result['demo_corpus_leaks']['total_per_million_chars']}")
+        write_result("ingest", result)
+        return
     if not (data_dir() / GENSIM).is_file():
         raise SystemExit(f"needs {data_dir() / GENSIM} (set REALM_DATA_DIR)")
     WORK.mkdir(parents=True, exist_ok=True)
@@ -146,7 +184,7 @@ def main() -> None:
         print(f"  ratio realm/wikiextractor: {row['ratio_pages_per_s']:.2f}x", flush=True)
     result = {"benchmark": "ingest", "peer": "wikiextractor 3.1.0", "processes": args.processes,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-              "runs": rows}
+              "runs": rows, "demo_corpus_leaks": demo_corpus_leaks()}
     write_result("ingest", result)
 
 

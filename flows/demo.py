@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from realm_core.config import data_dir
 from realm_core.errors import RealmError
+
+
+def open_qa_summary(manifest: dict[str, Any]) -> str:
+    """What the demo's QA systems answer: EM and F1 on each dataset's test questions."""
+    lines = ["\nopen-domain QA (test questions; EM / F1 / answer in the top 5 blocks):"]
+    for dataset, res in manifest["results"].items():
+        lines.append(f"  {dataset} ({res['questions']:,} questions)")
+        for name, m in res["systems"].items():
+            recall = next((v for k, v in m.items() if k.startswith("R@") and not k.endswith("read")), 0.0)
+            lines.append(f"    {name:<24} EM {100 * m['EM']:5.1f}  F1 {100 * m['F1']:5.1f}  R {100 * recall:5.1f}")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -39,6 +51,9 @@ def main() -> int:
     if evaluation is not None:
         print("\nretrieval (SQuAD-open: articles 30-39 against every block):")
         print(store.open(evaluation["artifact"]).manifest["report"])
+    qa = result["stages"].get("openqa_eval")
+    if qa is not None:
+        print(open_qa_summary(store.open(qa["artifact"]).manifest))
     print(f"  results:  {result['root']}")
     print(f"  report:   {result['report']}")
     print("  inspect one with: .venv/bin/realm inspect <artifact dir>")
