@@ -124,10 +124,10 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     per_question: dict[str, dict[str, list[bool]]] = {d: {} for d in datasets}
     rows: list[dict[str, Any]] = []
     k = finetune_config.top_k
-    runs: list[tuple[str, str, Retriever, QAModels, bool]] = []  # name, reader dir, retriever, models, fit τ
+    runs: list[tuple[str, Retriever, QAModels, bool]] = []  # name, retriever, models, fit τ
     if gold is not None:
         reader = SpanReader.from_pretrained(f"{gold.ref.path}/reader", finetune_config.max_span_length)
-        runs.append((GOLD_SYSTEM, f"{gold.ref.path}/reader", GoldPassage(blocks, 1), QAModels(reader, None), False))
+        runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(reader, None), False))
     for system, model in entries:
         reader_dir = f"{model.path}/reader" if model else system.reader
         query_dir = f"{model.path}/query_encoder" if model and system.retrieval == "dense" else system.query_encoder
@@ -137,9 +137,9 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
             assert query_dir is not None
             query_encoder = RetrieverEncoder.from_pretrained(query_dir).eval()
         retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, finetune_config)
-        runs.append((system.name, reader_dir, retriever, QAModels(reader, query_encoder), system.retrieval != "none"))
+        runs.append((system.name, retriever, QAModels(reader, query_encoder), system.retrieval != "none"))
     temperatures: dict[str, Any] = {}
-    for name, _, retriever, models, fit in runs:
+    for name, retriever, models, fit in runs:
         temperature: float | None = finetune_config.train_temperature(retriever.name)
         form = finetune_config.form
         if fit:  # form and retrieval temperature, fit on dev questions (uniform p(z|x) is a candidate)

@@ -30,7 +30,7 @@ from realm_core.config import FinetuneConfig, ReaderBudget
 from realm_core.distributed import Placement
 from realm_core.openqa.answers import exact_match, normalize_answer
 from realm_core.openqa.reading import BlockStore, QAQuestion, answer_ids, gold_tensor, reader_rows
-from realm_core.openqa.retrievers import Retriever
+from realm_core.openqa.retrievers import Proposal, Retriever
 from realm_core.openqa.span_reader import SpanReader, span_log_probs, span_marginal_likelihood
 from realm_core.progress import NoProgress, Progress
 from realm_core.training import (
@@ -174,7 +174,7 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
         log_p_y = torch.zeros(0)
         if mine:
             batch = [batch_q[i] for i in mine]
-            sub = type(proposal)(proposal.ids[mine], proposal.scores[mine])
+            sub = Proposal(proposal.ids[mine], proposal.scores[mine])
             q_ids = [tokenizer(q.question, truncation=True, max_length=config.question_length)["input_ids"]
                      for q in batch]
             rows = reader_rows(q_ids, sub.ids, blocks, config.reader_length, tokenizer.sep_token_id,
