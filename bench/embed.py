@@ -27,10 +27,9 @@ sys.path.insert(0, str(ROOT))
 from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.blocks import run_chunk
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, load_config
-from realm_core.encoders import load_tokenizer
-from realm_core.ingest.stage import run_ingest
+from realm_core.graph import Resolver
 from realm_core.retrieval.embed import EncoderRecipe, embed_blocks, embed_texts, load_embeddings
 from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -99,7 +98,7 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     cfg = load_config("demo")
     store = ArtifactStore(WORK / "artifacts")
-    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk).ref
+    blocks = Resolver(cfg, store).ref("chunk")
     table = store.open(blocks).read_table("blocks")
     rng = np.random.default_rng(0)
     rows = sorted(rng.choice(table.num_rows, size=min(args.blocks, table.num_rows), replace=False))

@@ -53,17 +53,15 @@ def export(directory: Path) -> None:
     import pyarrow.parquet as pq
 
     from realm_core.artifacts import ArtifactStore
-    from realm_core.blocks import run_chunk
+    from realm_core.bert import load_tokenizer, resolve_encoder_dir
     from realm_core.config import BUNDLED_ENCODER, load_config, work_dir
-    from realm_core.encoders import load_tokenizer, resolve_encoder_dir
-    from realm_core.ingest.stage import run_ingest
+    from realm_core.graph import Resolver
     from realm_core.spans.masking import iter_examples
-    from realm_core.spans.mining import run_mine_spans
 
     cfg = load_config("demo")
     store = ArtifactStore(work_dir() / "artifacts")
-    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
-    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    stages = Resolver(cfg, store)
+    blocks, spans = stages.run("chunk"), stages.run("spans")
     art = store.open(blocks.ref)
     directory.mkdir(parents=True, exist_ok=True)
     pq.write_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]), directory / "blocks.parquet")
@@ -105,7 +103,7 @@ def timed(fn: Any, device: Any) -> float:
 def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], device: Any, batch: int) -> dict[str, Any]:
     import torch
 
-    from realm_core.encoders import load_tokenizer
+    from realm_core.bert import load_tokenizer
     from realm_core.retrieval.embed import embed_texts
     from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -149,9 +147,9 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     import torch
     from peers import bare_reader_loss  # the peer of bench/pretrain_step.py
 
+    from realm_core.bert import load_tokenizer
     from realm_core.config import PretrainConfig
     from realm_core.distributed import Placement
-    from realm_core.encoders import load_tokenizer
     from realm_core.pretrain.batches import BlockTexts
     from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder

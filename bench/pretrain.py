@@ -24,13 +24,10 @@ sys.path.insert(0, str(ROOT))
 from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.blocks import run_chunk
 from realm_core.config import load_config, work_dir
 from realm_core.curves import plot_curves
-from realm_core.ingest.stage import run_ingest
+from realm_core.graph import Resolver
 from realm_core.pretrain.stage import run_pretrain
-from realm_core.retrieval.warm_start import run_warm_start_ict
-from realm_core.spans.mining import run_mine_spans
 
 
 def main() -> None:
@@ -41,9 +38,8 @@ def main() -> None:
     cfg = load_config(args.preset)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
-    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
-    spans = run_mine_spans(store, blocks.ref, cfg.spans)
-    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    stages = Resolver(cfg, store)
+    blocks, spans, ict = stages.run("chunk"), stages.run("spans"), stages.run("ict")
     runs = {}
     for name, over in (("REALM", {}), ("null only", {"retrieval": "null_only"})):
         p = cfg.pretrain.model_copy(update=over)

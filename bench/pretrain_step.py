@@ -30,20 +30,17 @@ sys.path.insert(0, str(ROOT))
 import torch
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.blocks import run_chunk
+from realm_core.bert import load_tokenizer
 from realm_core.config import load_config, work_dir
-from realm_core.encoders import load_tokenizer
-from realm_core.ingest.stage import run_ingest
+from realm_core.graph import Resolver
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
 from realm_core.pretrain.refresh import IndexHandle
 from realm_core.retrieval.encoders import RetrieverEncoder
-from realm_core.retrieval.stage import run_build_index, run_embed_blocks
 from realm_core.retrieval.versions import load_index
-from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir, run_warm_start_ict
+from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 from realm_core.spans.masking import iter_examples
-from realm_core.spans.mining import run_mine_spans
 from realm_core.training import adamw
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -93,11 +90,9 @@ def main() -> None:
     cfg = load_config("demo")
     p = cfg.pretrain
     store = ArtifactStore(args.root or work_dir() / "artifacts")
-    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
-    spans = run_mine_spans(store, blocks.ref, cfg.spans)
-    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
-    emb = run_embed_blocks(store, blocks.ref, cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(ict.ref)}))
-    run_build_index(store, emb.ref, blocks.ref, cfg.index)
+    stages = Resolver(cfg, store)  # the pipeline's index: built with the ICT document encoder
+    stages.run("index")
+    blocks, spans, ict = stages.run("chunk"), stages.run("spans"), stages.run("ict")
     index, _ = load_index(store, cfg.ict.steps)
     tok = load_tokenizer(p.reader_encoder)
     art = store.open(blocks.ref)

@@ -289,7 +289,7 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
-                                            "openqa_bm25": openqa_table,
+                                            "openqa_bm25": openqa_table, "openqa_bm25_2ep": openqa_table,
                                             "warm_start": warm_start_table, "scaling": scaling_table,
                                             "projection": projection_table}
 

@@ -25,16 +25,12 @@ sys.path.insert(0, str(ROOT))
 from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.blocks import run_chunk
 from realm_core.config import load_config, work_dir
-from realm_core.ingest.stage import run_ingest
+from realm_core.graph import Resolver
 from realm_core.progress import NoProgress
 from realm_core.retrieval.embed import load_embeddings
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
 from realm_core.retrieval.index import MipsIndex
-from realm_core.retrieval.stage import run_embed_blocks
-from realm_core.retrieval.warm_start import doc_encoder_dir, run_warm_start_ict
-from realm_core.spans.mining import run_mine_spans
 
 
 def ann_recall(vectors: np.ndarray, queries: np.ndarray, factories: list[str], k: int = 10) -> list[dict]:
@@ -64,17 +60,15 @@ def main() -> None:
     cfg = load_config(args.preset)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
-    docs = run_ingest(store, cfg.ingest)
-    blocks = run_chunk(store, docs.ref, cfg.chunk)
-    spans = run_mine_spans(store, blocks.ref, cfg.spans)
-    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    stages = Resolver(cfg, store)
+    blocks, ict = stages.run("chunk"), stages.run("ict")
     systems = standard_systems(ict.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim, cfg.ict.seed)
     result = run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval, NoProgress())
     manifest = store.open(result.ref).manifest
     print(result.report)
 
     # approximate search on the real ICT block embeddings (uniform random vectors say nothing)
-    emb = run_embed_blocks(store, blocks.ref, cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(ict.ref)}))
+    emb = stages.run("embed")  # the pipeline's: the ICT document encoder
     art = store.open(emb.ref)
     vectors = load_embeddings(Path(art.path) / "embeddings", art.manifest["embeddings"], blocks.stats["blocks"])
     rng = np.random.default_rng(0)

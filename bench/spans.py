@@ -25,9 +25,8 @@ sys.path.insert(0, str(ROOT))
 from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.blocks import run_chunk
 from realm_core.config import load_config
-from realm_core.ingest.stage import run_ingest
+from realm_core.graph import Resolver
 from realm_core.spans.mining import load_ner, run_mine_spans, sentence_spans
 from realm_core.spans.quality import evaluate
 
@@ -55,8 +54,7 @@ def main() -> None:
     cfg = load_config("demo", overrides=[f"spans.n_process={args.n_process}",
                                          f"spans.batch_size={args.batch_size}"])
     store = ArtifactStore(WORK / "artifacts")
-    docs = run_ingest(store, cfg.ingest)
-    blocks_all = run_chunk(store, docs.ref, cfg.chunk)
+    blocks_all = Resolver(cfg, store).run("chunk")
     table = store.open(blocks_all.ref).read_table("blocks").slice(0, args.blocks)
     with store.write("blocks", f"bench-first-{args.blocks}", config={}, config_hash="bench",
                      inputs={"blocks": blocks_all.ref.content_hash}) as w:

@@ -26,13 +26,11 @@ sys.path.insert(0, str(ROOT))
 from peers import write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.blocks import run_chunk
 from realm_core.config import PipelineConfig, load_config, work_dir
-from realm_core.ingest.stage import run_ingest
+from realm_core.graph import Resolver
 from realm_core.progress import NoProgress
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
-from realm_core.retrieval.warm_start import run_warm_start_ict, run_warm_start_retromae
-from realm_core.spans.mining import run_mine_spans
+from realm_core.retrieval.warm_start import run_warm_start_retromae
 
 
 def budget(steps: int, batch: int, tokens: int) -> dict[str, int]:
@@ -44,8 +42,8 @@ def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: object, spans: 
               retriever: object) -> dict[str, object]:
     """REALM pretraining from `retriever`, then fine-tuning and SQuAD-open exact match."""
     from realm_core.openqa.evaluation import run_evaluate_openqa
-    from realm_core.openqa.qa_stage import qa_systems, run_finetune
-    from realm_core.openqa.stage import run_load_questions
+    from realm_core.openqa.finetune_stage import qa_systems, run_finetune
+    from realm_core.openqa.questions_stage import run_load_questions
     from realm_core.pretrain.stage import run_pretrain
 
     realm = run_pretrain(store, blocks.ref, spans.ref, retriever.ref, cfg.pretrain, cfg.masking,  # type: ignore[attr-defined]
@@ -73,11 +71,10 @@ def main() -> None:
                       if args.steps else ())
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
-    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
-    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    stages = Resolver(cfg, store)
     print(f"training ICT ({cfg.ict.steps} steps x {cfg.ict.batch_size} x "
           f"{cfg.ict.query_length}+{cfg.ict.block_length} tokens) unless cached")
-    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    blocks, spans, ict = stages.run("chunk"), stages.run("spans"), stages.run("ict")
     warm = {"RetroMAE": cfg.retromae,
             "RetroMAE, plain decoder": cfg.retromae.model_copy(update={"enhanced_decoding": False})}
     trained = {}

@@ -38,6 +38,9 @@ def main() -> int:
     print("\nrealm demo finished.")
     data_stages = {"ingest", "chunk", "spans"}
     for name, stage in result["stages"].items():
+        if stage["artifact"] is None:
+            print(f"  {name:<14} off in this config")
+            continue
         manifest = store.open(stage["artifact"]).manifest
         if name in data_stages:
             summary = ", ".join(f"{n:,} {table}" for table, n in manifest["rows"].items())

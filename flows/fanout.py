@@ -1,16 +1,17 @@
 """Corpus stages fanned out over a Dask cluster through Prefect's Dask task runner.
 
-`ingest-corpus-dask` is the ingest stage with one `ingest-source` task per source file (a
+`fan-out` runs one stage of the graph (ingest, salient spans, embed) with its units of work as
+tasks on the flow's task runner. For ingest: with one `ingest-source` task per source file (a
 Wikipedia dump comes in dozens of part files): each worker streams its file and writes its
 documents to the stage's scratch directory, and the stage appends them in source order as each
 is done, dropping doc ids an earlier source had, so the artifact is the one-process one.
 
-`embed-blocks-dask` is the embed-blocks stage with one `embed-shard` task per shard of block
+For embed: with one `embed-shard` task per shard of block
 ids: the flow's task runner (a `DaskTaskRunner`) sends them to Dask workers, each of which loads
 the document encoder once and writes its shard file into the stage's scratch directory; the stage
 then publishes the same artifact (same cache key, same files) as a one-process run. The workers
 must see the artifact root and the scratch directory under it: one machine, or a shared
-filesystem. `mine-spans-dask` does the same for salient span mining: one `mine-spans-shard`
+filesystem. Salient span mining does the same: one `mine-spans-shard`
 task per `spans.shard_size` blocks, each running spaCy on its worker and writing its rows to the
 scratch directory; the stage appends each shard to its tables in block order as soon as that
 shard is done, so it holds one shard at a time.
@@ -22,22 +23,24 @@ shard is done, so it holds one shard at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prefect import Task, flow
 from prefect_dask import DaskTaskRunner
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import EmbedConfig, IngestConfig, SpanConfig
+from realm_core.config import PipelineConfig
 from realm_core.errors import ConfigError
-from realm_core.ingest.stage import run_ingest
-from realm_core.retrieval.stage import run_embed_blocks
-from realm_core.spans.mining import run_mine_spans
-from tasks.corpus import ingest_source_task
-from tasks.reporting import run_stage
-from tasks.retrieval import embed_shard_task
-from tasks.spans import mine_spans_shard
+from realm_core.graph import Hook, Stage, StageInputs, StageRun, stage
+from realm_core.ingest.stage import ingest_source
+from realm_core.retrieval.embed import embed_shard
+from realm_core.spans.mining import mine_shard
+from tasks.jobs import embed_shard_task, ingest_source_task, mine_spans_shard
+from tasks.stages import stage_task
+
+JOB_TASKS: dict[Callable[[Any], Any], Task[..., Any]] = {
+    ingest_source: ingest_source_task, embed_shard: embed_shard_task, mine_shard: mine_spans_shard}
 
 
 def dask_runner(address: str) -> DaskTaskRunner:
@@ -55,33 +58,33 @@ def dask_runner(address: str) -> DaskTaskRunner:
     return DaskTaskRunner(address=address)
 
 
-def in_order(task: Task[..., dict[str, Any]], jobs: list[Any]) -> Iterator[dict[str, Any]]:
-    """`task` mapped over the jobs on the flow's task runner; each result in job order, as soon as
-    it is done, so the stage can write it then. A failed job raises here and fails the flow."""
-    for future in task.map(jobs):
+def in_order(job: Callable[[Any], Any], jobs: list[Any]) -> Iterator[Any]:
+    """`job`'s task mapped over the jobs on the flow's task runner; each result in job order, as
+    soon as it is done, so the stage can write it then. A failed job raises here and fails the flow."""
+    for future in JOB_TASKS[job].map(jobs):
         yield future.result()
 
 
-@flow(name="ingest-corpus-dask", log_prints=True)
-def ingest_corpus_dask(ingest: IngestConfig, root: str, force: bool = False) -> dict[str, Any]:
-    """ingest-corpus with the source files as tasks on the flow's task runner."""
-
-    return run_stage("ingest", lambda p: run_ingest(ArtifactStore(root), ingest, p, force=force,
-                                                     map_sources=lambda jobs: in_order(ingest_source_task, jobs)))
-
-
-@flow(name="embed-blocks-dask", log_prints=True)
-def embed_blocks_dask(blocks: ArtifactRef, embed: EmbedConfig, root: str, force: bool = False) -> dict[str, Any]:
-    """embed-blocks with the shards as tasks on the flow's task runner (run it with
-    `.with_options(task_runner=dask_runner(...))`)."""
-
-    return run_stage("embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, embed, p, force=force,
-                                                          map_shards=lambda jobs: list(in_order(embed_shard_task, jobs))))
+@flow(name="fan-out", log_prints=True)
+def fan_out(stage_name: str, cfg: PipelineConfig, root: str, refs: dict[str, ArtifactRef | None],
+            force: bool = False) -> StageRun:
+    """One stage whose units of work (source files, shards of blocks) are tasks on this flow's
+    task runner (run it with `.with_options(task_runner=dask_runner(...))`); the artifact is the
+    one a single process makes."""
+    inputs = StageInputs(cfg, ArtifactStore(root), refs, force=force, map_jobs=in_order)
+    return stage_task(stage(stage_name), inputs)
 
 
-@flow(name="mine-spans-dask", log_prints=True)
-def mine_spans_dask(blocks: ArtifactRef, spans: SpanConfig, root: str, force: bool = False) -> dict[str, Any]:
-    """mine-salient-spans with shards of blocks as tasks on the flow's task runner."""
+def dask_hook(address: str | None, hook: Hook) -> Hook:
+    """`hook`, except that a stage that fans out runs as a `fan-out` subflow on Dask workers
+    when an address (local:N or a scheduler's) is given."""
+    if not address:
+        return hook
+    runner = dask_runner(address)  # a bad address fails before any stage runs
 
-    return run_stage("spans", lambda p: run_mine_spans(ArtifactStore(root), blocks, spans, p, force=force,
-                                                        map_shards=lambda jobs: in_order(mine_spans_shard, jobs)))
+    def on_dask(s: Stage, inputs: StageInputs) -> StageRun:
+        if not s.fans_out:
+            return hook(s, inputs)
+        return fan_out.with_options(task_runner=runner, name=f"fan-out-{s.name}")(
+            s.name, inputs.cfg, inputs.store.url, inputs.refs, inputs.force)
+    return on_dask

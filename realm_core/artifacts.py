@@ -48,17 +48,59 @@ def sha256_file(path: str | Path, fs: Any = None, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+# Modules that carry artifacts, configs and errors around but compute nothing a stage writes:
+# left out of code hashes, so that a new config field or a reworded error is not a cache miss
+# of every stage (config values are hashed on their own).
+NOT_SCIENCE = frozenset({"realm_core.artifacts", "realm_core.errors", "realm_core.progress", "realm_core.config",
+                         "realm_core.stage_config", "realm_core.training_config", "realm_core.presets",
+                         "realm_core.graph", "realm_core.jobs"})
+
+
+def _source(module: str) -> Path | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, AttributeError):  # a name inside a module, not a module
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
+@cache
+def module_closure(module: str) -> tuple[str, ...]:
+    """`module` and every realm_core module it imports, directly or not, lazy imports included
+    (parsed, not executed), less `NOT_SCIENCE`: what a stage's code hash covers."""
+    import ast
+
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or name in NOT_SCIENCE or (path := _source(name)) is None:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("realm_core.")]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("realm_core"):
+                base = str(node.module)
+                todo += [base] + [f"{base}.{a.name}" for a in node.names if _source(f"{base}.{a.name}")]
+    return tuple(sorted(seen))
+
+
 @cache
 def code_version(modules: tuple[str, ...], packages: tuple[str, ...] = ()) -> str:
-    """Hash of the source of the modules that compute a stage, plus versions of the packages it
-    leans on: a code change invalidates the stage's cached artifacts without a manual bump."""
-    import importlib
+    """Hash of the source of the modules that compute a stage (each given module and every
+    realm_core module it imports, found by `module_closure`, not listed by hand), plus the
+    versions of the packages it leans on: a code change invalidates the stage's cached
+    artifacts without a manual bump."""
     from importlib.metadata import PackageNotFoundError, version
 
     h = hashlib.sha256()
-    for name in modules:
-        module = importlib.import_module(name)
-        h.update(name.encode() + b"\0" + Path(str(module.__file__)).read_bytes())
+    for name in sorted({m for root in modules for m in module_closure(root)}):
+        path = _source(name)
+        assert path is not None
+        h.update(name.encode() + b"\0" + path.read_bytes())
     for package in packages:
         try:
             h.update(f"{package}=={version(package)}".encode())

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.bert import load_tokenizer, load_wordpieces
 from realm_core.config import ChunkConfig
-from realm_core.encoders import load_tokenizer, load_wordpieces
 from realm_core.errors import RealmError
 from realm_core.progress import NoProgress, Progress
 
@@ -132,7 +132,7 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
               progress: Progress | None = None, force: bool = False) -> StageResult:
     progress = progress or NoProgress()
     inputs = {"documents": documents.content_hash,
-              "code": code_version(("realm_core.blocks",), ("tokenizers",))}
+              "code": code_version((__name__,), ("tokenizers",))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("blocks", key)) is not None:
         return StageResult(hit.ref, True, hit.manifest.get("stats", {}))

@@ -113,6 +113,10 @@ class EmbedConfig(StageConfig):
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
+    encoder_from: Literal["warm_start", "latest", "config"] = Field(
+        "warm_start", description="the index's document encoder: the warm start `pretrain.warm_start` "
+        "names (REALM §3.4; `doc_encoder` when it is none), the newest retriever artifact in the "
+        "store (the nightly re-index; `doc_encoder` when there is none), or `doc_encoder` itself")
     projection_dim: int = Field(128, ge=0, description="used when the encoder has no saved head; "
                                 "0: no head, the pooled hidden state itself")
     pooling: Literal["cls", "mean"] = "cls"
@@ -193,6 +197,9 @@ class OpenQAEvalConfig(StageConfig):
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
 
     datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
+    systems: tuple[Literal["none", "bm25", "ict", "realm"], ...] = Field(
+        ("none", "bm25", "ict", "realm"), description="Table 1 rows: none (null block only), bm25, "
+        "ict (ORQA-like), realm (left out when pretrain.retrieval is null_only)")
     split: Literal["train", "dev", "test"] = "test"
     question_limits: dict[str, int] = Field(
         default_factory=dict, description="dataset -> first N questions evaluated (all if absent)")

@@ -27,21 +27,24 @@ def run_progress() -> LogProgress:
 
 
 def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
-                   seconds: float, extra: str = "") -> str:
+                   seconds: float, extra: str = "", config: dict[str, Any] | None = None) -> str:
     lines = [f"## {stage}{' (cache hit)' if cached else ''}", "",
              "| field | value |", "|---|---|",
-             f"| artifact | `{ref.path}` |", f"| content hash | `{ref.content_hash[:16]}` |",
+             f"| artifact | `{ref.path if ref else 'none (stage off in this config)'}` |",
+             f"| content hash | `{ref.content_hash[:16] if ref else ''}` |",
              f"| seconds | {seconds:.1f} |"]
     for k, v in stats.items():
         lines.append(f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |")
     if extra:
         lines += ["", extra]
+    if config:
+        lines += ["", "### config", "", "```json", json.dumps(config, indent=2, sort_keys=True), "```"]
     return "\n".join(lines)
 
 
 def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
-                         seconds: float, extra: str = "") -> str:
-    md = stage_markdown(stage, ref, cached, stats, seconds, extra)
+                         seconds: float, extra: str = "", config: dict[str, Any] | None = None) -> str:
+    md = stage_markdown(stage, ref, cached, stats, seconds, extra, config)
     try:
         get_run_context()
     except MissingContextError:

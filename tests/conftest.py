@@ -55,8 +55,8 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> str:
     import torch
     from transformers import BertConfig, BertModel
 
+    from realm_core.bert import load_tokenizer
     from realm_core.config import BUNDLED_ENCODER
-    from realm_core.encoders import load_tokenizer
 
     directory = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)

@@ -40,8 +40,6 @@ from realm_core.schemas import DOCUMENTS
 
 Document = dict[str, Any]
 
-CODE = ("realm_core.ingest.stage", "realm_core.ingest.wikipedia", "realm_core.ingest.wikitext",
-        "realm_core.ingest.corpora")
 PACKAGES = ("mwparserfromhell",)
 
 READERS: dict[str, Callable[[Path, str], Iterator[Document]]] = {
@@ -219,7 +217,7 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
     """Ingest every source (cached). `map_sources` ingests the source files elsewhere (Dask
     workers), one job per file; the documents and counts are those of one process."""
     progress = progress or NoProgress()
-    inputs = input_hashes(config) | {"code": code_version(CODE, PACKAGES)}
+    inputs = input_hashes(config) | {"code": code_version((__name__,), PACKAGES)}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("documents", key)) is not None:
         return StageResult(hit.ref, True, hit.manifest.get("stats", {}))

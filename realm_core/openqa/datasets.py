@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from realm_core.errors import InputError, unreadable_input
-from realm_core.openqa.questions import Question, QuestionSet
+from realm_core.questions import Question, QuestionSet
 
 
 class _Drop(Exception):

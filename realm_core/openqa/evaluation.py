@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from realm_core.answers import f1_score
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig
 from realm_core.errors import InputError
-from realm_core.openqa.answers import f1_score
 from realm_core.openqa.finetune import (
     Prediction,
     QAModels,
@@ -23,12 +23,11 @@ from realm_core.openqa.finetune import (
     fit_temperature,
     predict,
 )
-from realm_core.openqa.qa_stage import (
+from realm_core.openqa.finetune_stage import (
     EVAL_KIND,
     GOLD_SYSTEM,
     MODEL_KIND,
     NOTE_SMALL_CORPUS,
-    QA_CODE,
     QASystem,
     _blocks,
     _retriever,
@@ -43,7 +42,7 @@ from realm_core.progress import NoProgress, Progress
 
 def answerable(questions: list[QAQuestion], blocks: BlockStore) -> list[bool]:
     """Does a gold answer occur in some corpus block (DPR's has_answer; regex search)?"""
-    from realm_core.openqa.answers import token_string
+    from realm_core.answers import token_string
 
     corpus = range(blocks.corpus_size)
     joined = "\n".join(blocks.tokens(z) for z in corpus)  # one token string per line
@@ -93,7 +92,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     system's retrieval temperature is fit on `calibration_questions` dev questions first. The
     gold-paragraph reader (the baseline reader after its gold-passage phase) reads each SQuAD
     question's own paragraph: the reader's ceiling apart from retrieval."""
-    from realm_core.encoders import load_tokenizer
+    from realm_core.bert import load_tokenizer
     from realm_core.openqa.retrievers import GoldPassage
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
@@ -102,7 +101,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     baseline = entries[0][0].reader
     gold = run_gold_reader(store, questions_ref, baseline, finetune_config, progress)
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
-              "finetune": finetune_config.config_hash(), "code": code_version(QA_CODE, ("bm25s",)),
+              "finetune": finetune_config.config_hash(), "code": code_version((__name__,), ("bm25s",)),
               "gold_reader": gold.ref.content_hash if gold is not None else "none"}
     for i, (system, model) in enumerate(entries):
         inputs[f"system{i}"] = str(system.spec()) + (f"@{model.content_hash}" if model else "")

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from realm_core.answers import exact_match, normalize_answer
 from realm_core.config import FinetuneConfig, ReaderBudget
 from realm_core.distributed import Placement
-from realm_core.openqa.answers import exact_match, normalize_answer
 from realm_core.openqa.reading import BlockStore, QAQuestion, answer_ids, gold_tensor, reader_rows
 from realm_core.openqa.retrievers import Proposal, Retriever
 from realm_core.openqa.span_reader import SpanReader, span_log_probs, span_marginal_likelihood

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from realm_core.openqa.answers import has_answer, regex_match, token_string
+from realm_core.answers import has_answer, regex_match, token_string
 from realm_core.openqa.span_reader import gold_spans
 from realm_core.retrieval.embed import pad_sequences
 

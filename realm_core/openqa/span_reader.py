@@ -135,7 +135,7 @@ class SpanReader(nn.Module):
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
-        from realm_core.encoders import resolve_encoder_dir
+        from realm_core.bert import resolve_encoder_dir
         from realm_core.errors import ArtifactError
 
         directory = resolve_encoder_dir(source)

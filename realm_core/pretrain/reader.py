@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from realm_core.encoders import resolve_encoder_dir
+from realm_core.bert import load_masked_lm
 
 
 class KnowledgeAugmentedEncoder(nn.Module):
@@ -39,21 +39,7 @@ class KnowledgeAugmentedEncoder(nn.Module):
     @classmethod
     def from_pretrained(cls, source: str, dropout: float | None = None, seed: int = 0) -> KnowledgeAugmentedEncoder:
         """`source`'s BERT with an MLM head; a head the checkpoint lacks starts from `seed`."""
-        from transformers import BertForMaskedLM
-        from transformers.utils import logging as hf_logging
-
-        kwargs: dict[str, Any] = {} if dropout is None else {
-            "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # "newly initialized: cls.predictions.*" is expected
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), **kwargs)
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        model.tie_weights()
-        return cls(model)
+        return cls(load_masked_lm(source, dropout, seed))
 
     def save_pretrained(self, directory: Any) -> None:
         self.masked_lm.save_pretrained(str(directory), safe_serialization=True)

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.bert import load_tokenizer
 from realm_core.config import ReaderMlmConfig
 from realm_core.curves import curve_markdown
 from realm_core.distributed import Placement, rank_zero_artifact
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import RealmError
 from realm_core.pretrain.batches import BlockTexts, block_wordpieces
 from realm_core.progress import NoProgress, Progress
@@ -45,7 +45,6 @@ from realm_core.training import (
 )
 
 KIND = "reader_mlm"
-READER_MLM_CODE = ("realm_core.pretrain.reader_mlm", "realm_core.pretrain.reader", "realm_core.training")
 
 
 @dataclass
@@ -160,7 +159,7 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
 
     place = placement or Placement.single()
     inputs = {"blocks": blocks_ref.content_hash, "reader": encoder_hash(reader_encoder),
-              "heldout": heldout_rule, "code": code_version(READER_MLM_CODE, ("torch", "transformers"))}
+              "heldout": heldout_rule, "code": code_version((__name__,), ("torch", "transformers"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.bert import load_tokenizer
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
@@ -39,10 +39,6 @@ from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
-PRETRAIN_CODE = ("realm_core.pretrain.stage", "realm_core.pretrain.loop", "realm_core.pretrain.reader",
-                 "realm_core.pretrain.reader_mlm",
-                 "realm_core.pretrain.batches", "realm_core.pretrain.refresh", "realm_core.spans.masking",
-                 "realm_core.training", "realm_core.retrieval.encoders")
 STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "staleness")
 EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
 
@@ -112,7 +108,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
               "retriever": retriever_ref.content_hash if retriever_ref else "none",
               "reader": encoder_hash(config.reader_encoder), "masking": masking.config_hash(),
               "embed": embed.config_hash(), "index": index_config.config_hash(),
-              "code": code_version(PRETRAIN_CODE, ("torch", "transformers"))}
+              "code": code_version((__name__,), ("torch", "transformers"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])

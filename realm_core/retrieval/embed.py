@@ -99,7 +99,7 @@ class EncoderRecipe:
     normalize: bool = False
 
     def load(self) -> tuple[Any, Any]:
-        from realm_core.encoders import load_tokenizer
+        from realm_core.bert import load_tokenizer
         from realm_core.retrieval.encoders import RetrieverEncoder
 
         encoder = RetrieverEncoder.from_pretrained(self.source, self.projection_dim,

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from realm_core.encoders import load_tokenizer, resolve_encoder_dir
+from realm_core.bert import load_tokenizer, resolve_encoder_dir
 from realm_core.errors import ArtifactError, ConfigError
 
 HEAD_FILE = "realm_retriever.json"

@@ -20,16 +20,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from realm_core.answers import has_answer, token_string
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
 from realm_core.config import EmbedConfig, RetrievalEvalConfig, resolve_data_path
 from realm_core.errors import ConfigError
-from realm_core.openqa.answers import has_answer, token_string
-from realm_core.openqa.questions import QuestionSet, dpr_questions, squad_questions
 from realm_core.progress import NoProgress, Progress
+from realm_core.questions import QuestionSet, dpr_questions, squad_questions
 
 KIND = "retrieval_eval"
-EVAL_CODE = ("realm_core.retrieval.evaluation", "realm_core.openqa.answers",
-             "realm_core.openqa.questions", "realm_core.retrieval.encoders")
 
 
 @dataclass(frozen=True)
@@ -141,13 +139,13 @@ def results_markdown(results: dict[str, Any], systems: list[dict[str, Any]]) -> 
 def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
                            systems: list[RetrieverSystem], config: RetrievalEvalConfig,
                            progress: Progress | None = None) -> StageResult:
-    from realm_core.encoders import load_tokenizer
+    from realm_core.bert import load_tokenizer
     from realm_core.retrieval.embed import embed_queries, load_embeddings
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.stage import encoder_hash, run_embed_blocks
 
     progress = progress or NoProgress()
-    inputs = {"blocks": blocks_ref.content_hash, "code": code_version(EVAL_CODE, ("bm25s",))}
+    inputs = {"blocks": blocks_ref.content_hash, "code": code_version((__name__,), ("bm25s",))}
     for i, s in enumerate(systems):
         inputs[f"system{i}"] = str(s.spec())
         if s.kind == "dense":

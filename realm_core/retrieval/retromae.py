@@ -107,9 +107,9 @@ class RetroMAE(nn.Module):
 
     @classmethod
     def from_pretrained(cls, source: str, dropout: float | None = None) -> RetroMAE:
-        from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+        from realm_core.bert import load_masked_lm
 
-        return cls(KnowledgeAugmentedEncoder.from_pretrained(source, dropout).masked_lm)
+        return cls(load_masked_lm(source, dropout))
 
     def _scored_log_probs(self, hidden: torch.Tensor, where: torch.Tensor, targets: torch.Tensor,
                           chunk: int = 2048) -> torch.Tensor:

@@ -17,19 +17,15 @@ from realm_core.artifacts import (
     code_version,
     sha256_file,
 )
+from realm_core.bert import load_tokenizer, resolve_encoder_dir
 from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.distributed import resolve_device
-from realm_core.encoders import load_tokenizer, resolve_encoder_dir
 from realm_core.errors import ConfigError, RealmError
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import EncoderRecipe, ShardMap, embed_blocks, load_embeddings
 from realm_core.retrieval.encoders import HEAD_FILE, RetrieverEncoder
 from realm_core.retrieval.index import MipsIndex
 from realm_core.retrieval.versions import KIND, publish_index, set_current, version_name
-
-EMBED_CODE = ("realm_core.retrieval.stage", "realm_core.retrieval.embed",
-              "realm_core.retrieval.encoders")
-
 
 
 def encoder_hash(spec: str) -> str:
@@ -56,7 +52,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
     """Embed every block (cached). `map_shards` runs the shard jobs elsewhere (a Dask cluster);
     the artifact is the same as when this process embeds them."""
     inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.doc_encoder),
-              "code": code_version(EMBED_CODE, ("torch", "transformers"))}
+              "code": code_version((__name__,), ("torch", "transformers"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("embeddings", key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"])

@@ -21,19 +21,15 @@ from realm_core.artifacts import (
     artifact_key,
     code_version,
 )
+from realm_core.bert import load_tokenizer
 from realm_core.config import ICTConfig, RetroMAEConfig
 from realm_core.curves import curve_markdown, plot_curves
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash
 
 KIND = "retriever"
-ICT_CODE = ("realm_core.retrieval.warm_start", "realm_core.retrieval.inverse_cloze",
-            "realm_core.retrieval.encoders", "realm_core.training")
-RETROMAE_CODE = ("realm_core.retrieval.warm_start", "realm_core.retrieval.retromae",
-                 "realm_core.retrieval.encoders", "realm_core.pretrain.reader", "realm_core.training")
 CURVE_COLUMNS = ("step", "loss", "accuracy", "learning_rate")
 RETROMAE_COLUMNS = ("step", "loss", "encoder_loss", "decoder_loss", "learning_rate")
 
@@ -64,7 +60,7 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
 
     inputs = {"blocks": blocks_ref.content_hash, "sentences": spans_ref.content_hash,
               "encoder": encoder_hash(config.encoder),
-              "code": code_version(ICT_CODE, ("torch", "transformers"))}
+              "code": code_version((__name__,), ("torch", "transformers"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(KIND, key)) is not None:
         rows = hit.read_table("ict_curve").to_pylist()
@@ -117,7 +113,7 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
     from realm_core.retrieval.retromae import RetroMAE, train_retromae
 
     inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.encoder),
-              "code": code_version(RETROMAE_CODE, ("torch", "transformers"))}
+              "code": code_version((__name__,), ("torch", "transformers"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(KIND, key)) is not None:
         rows = hit.read_table("retromae_curve").to_pylist()

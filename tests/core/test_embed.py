@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from realm_core.artifacts import ArtifactStore
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import ArtifactError
 from realm_core.retrieval.embed import (
     EncoderRecipe,
@@ -99,8 +99,8 @@ def test_parallel_workers_write_the_same_shards(tmp_path: Path, encoder: Retriev
 def test_embedding_leaves_chunking_tokenizer_untouched(encoder: RetrieverEncoder) -> None:
     from collections import Counter
 
+    from realm_core.bert import load_wordpieces
     from realm_core.blocks import chunk_document
-    from realm_core.encoders import load_wordpieces
 
     embed_texts(encoder, load_tokenizer(BUNDLED_ENCODER), ["T"], ["body " * 50], 16, 1)
     doc = {"doc_id": "d", "title": "T", "text": "One sentence here. " * 40}

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from realm_core.bert import load_tokenizer
 from realm_core.config import FinetuneConfig, ReaderBudget
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import InputError
 from realm_core.openqa.evaluation import _check_regexes, answerable
 from realm_core.openqa.finetune import (
@@ -218,7 +218,7 @@ def test_a_reader_length_that_cannot_hold_question_and_body_is_refused_before_an
         store: object, tmp_path: Path) -> None:
     from realm_core.artifacts import ArtifactRef
     from realm_core.errors import ConfigError
-    from realm_core.openqa.qa_stage import QASystem, run_finetune
+    from realm_core.openqa.finetune_stage import QASystem, run_finetune
 
     config = _config(reader_length=32, question_length=30)
     dummy = ArtifactRef("blocks", str(tmp_path / "none"), "0" * 64)

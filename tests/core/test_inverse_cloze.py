@@ -5,8 +5,8 @@ import pyarrow as pa
 import pytest
 import torch
 
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, ICTConfig
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import InputError
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.inverse_cloze import (

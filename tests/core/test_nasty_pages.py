@@ -10,9 +10,9 @@ from collections import Counter
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from realm_core.bert import load_wordpieces
 from realm_core.blocks import SEGMENT_CHARS, chunk_document
 from realm_core.config import BUNDLED_ENCODER
-from realm_core.encoders import load_wordpieces
 from realm_core.ingest.wikipedia import iter_pages
 from realm_core.ingest.wikitext import clean_wikitext
 

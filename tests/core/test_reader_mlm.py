@@ -8,9 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, ReaderMlmConfig
 from realm_core.distributed import Placement
-from realm_core.encoders import load_tokenizer
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
 from realm_core.pretrain.reader_mlm import mlm_batch, train_reader_mlm

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 import torch
 
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, PretrainConfig
-from realm_core.encoders import load_tokenizer
 from realm_core.pretrain.batches import BlockTexts, reader_batch, retrieve_candidates
 from realm_core.pretrain.loop import PretrainData, RealmModels, batch_metrics, realm_forward
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder, marginal_likelihood

@@ -4,13 +4,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from realm_core.answers import token_string
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
 from realm_core.config import load_config
 from realm_core.errors import ConfigError, InputError
 from realm_core.ingest.stage import run_ingest
-from realm_core.openqa.answers import token_string
-from realm_core.openqa.questions import dpr_questions, squad_questions
+from realm_core.questions import dpr_questions, squad_questions
 from realm_core.retrieval.evaluation import (
     first_hits,
     rank_bm25,

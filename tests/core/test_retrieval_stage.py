@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from realm_core.artifacts import ArtifactStore
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, EmbedConfig, IndexConfig
-from realm_core.encoders import load_tokenizer
 from realm_core.errors import RealmError
 from realm_core.retrieval.embed import embed_texts
 from realm_core.retrieval.encoders import RetrieverEncoder

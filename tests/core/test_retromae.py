@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from realm_core.artifacts import ArtifactStore
+from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, RetroMAEConfig, load_config
-from realm_core.encoders import load_tokenizer
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.retromae import (
     RetroMAE,

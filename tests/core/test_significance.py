@@ -2,7 +2,7 @@
 
 import pytest
 
-from realm_core.openqa.answers import f1_score
+from realm_core.answers import f1_score
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
 
 

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from realm_core.artifacts import ArtifactStore
+from realm_core.bert import load_tokenizer, load_wordpieces
 from realm_core.config import BUNDLED_ENCODER, MaskingConfig, SpanConfig
-from realm_core.encoders import load_tokenizer, load_wordpieces
 from realm_core.errors import ArtifactError
 from realm_core.spans.masking import iter_examples
 from realm_core.spans.mining import (

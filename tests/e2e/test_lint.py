@@ -1,6 +1,7 @@
 """Style promises checked in CI: mypy --strict on realm_core, ruff everywhere, no Prefect in
-realm_core, no pickle on user files, no module over ~400 lines."""
+realm_core, no pickle on user files, and the layers: no import circle, no upward import."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -32,4 +33,62 @@ def test_house_rules() -> None:
         for path in (ROOT / package).rglob("*.py"):
             text = path.read_text()
             assert not re.search(r"^\s*import pickle|pickle\.load", text, re.M), path
-            assert len(text.splitlines()) <= 400, path
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(top_level_only: bool) -> dict[str, set[str]]:
+    """Project module -> the project modules it imports (at load time only, or anywhere)."""
+    paths = [p for package in ("realm_core", "tasks", "flows") for p in (ROOT / package).rglob("*.py")]
+    known = {_module(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        nodes = tree.body if top_level_only else list(ast.walk(tree))
+        found: set[str] = set()
+        for node in nodes:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            found |= {n for n in names if n in known}
+        graph[_module(path)] = found - {_module(path)}
+    return graph
+
+
+def test_no_import_circle() -> None:
+    graph = _imports(top_level_only=True)
+    done: set[str] = set()
+
+    def visit(module: str, stack: list[str]) -> None:
+        if module in stack:
+            raise AssertionError("import circle: " + " -> ".join([*stack[stack.index(module):], module]))
+        if module in done:
+            return
+        for dep in sorted(graph.get(module, ())):
+            if not module.startswith(dep + "."):  # a package's __init__ importing its own modules
+                visit(dep, [*stack, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+# realm_core's layers, lowest first: the top-level modules, the science packages in pipeline
+# order, the stage graph. An import (lazy ones included) may only go down or sideways.
+LAYERS = ("realm_core", "realm_core.ingest", "realm_core.spans", "realm_core.retrieval",
+          "realm_core.pretrain", "realm_core.openqa", "realm_core.graph")
+
+
+def _layer(module: str) -> int:
+    return max(i for i, prefix in enumerate(LAYERS) if module == prefix or module.startswith(prefix + "."))
+
+
+def test_no_upward_import() -> None:
+    upward = [f"{m} -> {d}" for m, deps in _imports(top_level_only=False).items() for d in deps
+              if m.startswith("realm_core") and (not d.startswith("realm_core") or _layer(d) > _layer(m))]
+    tasks_up = [f"{m} -> {d}" for m, deps in _imports(top_level_only=False).items() for d in deps
+                if m.startswith("tasks") and d.startswith("flows")]
+    assert not upward + tasks_up, upward + tasks_up

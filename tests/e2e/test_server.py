@@ -85,6 +85,17 @@ def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None
                                                            "BM25 + reader", "ICT (ORQA-like)", "REALM"}
     report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())
     assert report["rows"]["blocks"] == 612
+    # one stage graph: every CLI command on the same preset finds the flows' artifacts (same keys)
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    for command in (["ingest"], ["chunk"], ["mine-spans"], ["warm-start"], ["refresh-index"],
+                    ["evaluate-retrieval"], ["pretrain"], ["questions"], ["finetune"], ["evaluate"]):
+        r = CliRunner().invoke(app, [*command, "--preset", "tiny", "--root", str(artifacts)],
+                               env={"COLUMNS": "200"})
+        assert r.exit_code == 0, (command, r.output)
+        assert "(cached)" in r.output, (command, r.output)
     run_deployment(server, "chunk-blocks/realm")
     # the rerun published no new artifact, and its stage report says cache hit
     assert len(list((artifacts / "blocks").glob("*/manifest.json"))) == 1

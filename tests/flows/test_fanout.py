@@ -21,7 +21,7 @@ async def _completed_task_runs(name: str) -> int:
 
 
 def test_dask_workers_ingest_the_source_files_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
-    from flows.fanout import dask_runner, ingest_corpus_dask
+    from flows.stages import ingest_corpus
     from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
     from realm_core.ingest.stage import run_ingest
@@ -29,33 +29,33 @@ def test_dask_workers_ingest_the_source_files_of_the_one_process_artifact(shared
     root = str(tmp_path / "art")
     ingest = load_config("tiny").ingest  # 4 sources: two Wikipedia dumps, SQuAD, DPR
     before = asyncio.run(_completed_task_runs("ingest-source"))
-    fanned = ingest_corpus_dask.with_options(task_runner=dask_runner("local:2"))(ingest, root)
+    fanned = ingest_corpus(preset="tiny", root=root, dask="local:2")["ingest"]
     assert asyncio.run(_completed_task_runs("ingest-source")) - before == len(ingest.sources) == 4
     store = ArtifactStore(root)
-    dask_art = store.open(fanned["ref"], kind="documents")
+    dask_art = store.open(fanned.ref, kind="documents")
     local = run_ingest(store, ingest, force=True)  # this process, the same cache key: replaced in place
-    assert local.ref.path == fanned["ref"].path
+    assert local.ref.path == fanned.ref.path
     local_art = store.open(local.ref, kind="documents")
     assert local_art.manifest["stats"] == dask_art.manifest["stats"]
-    assert local.ref.content_hash == fanned["ref"].content_hash  # the very same Parquet files
+    assert local.ref.content_hash == fanned.ref.content_hash  # the very same Parquet files
     assert local_art.rows("documents") == 70
     assert not any(".parquet" in f and "source-" in f for f in dask_art.manifest["files"])
 
 
 def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
-    from flows.fanout import dask_runner, embed_blocks_dask
-    from flows.ingest_corpus import chunk_blocks
+    from flows.stages import refresh_index
     from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
     from realm_core.retrieval.embed import load_embeddings
     from realm_core.retrieval.stage import run_embed_blocks
 
     root = str(tmp_path / "art")
-    blocks = chunk_blocks(preset="tiny", root=root)["ref"]
-    embed = load_config("tiny").embed.model_copy(update={"shard_size": 200})  # 612 blocks: 4 shards
-    fanned = embed_blocks_dask.with_options(task_runner=dask_runner("local:2"))(blocks, embed, root)
+    sets = ["embed.shard_size=200", "embed.encoder_from=config"]  # 612 blocks: 4 shards
+    runs = refresh_index(preset="tiny", overrides=sets, root=root, dask="local:2")
+    fanned, blocks = runs["embed"], runs["chunk"].ref
+    embed = load_config("tiny", overrides=sets).embed
     store = ArtifactStore(root)
-    dask_art = store.open(fanned["ref"], kind="embeddings")
+    dask_art = store.open(fanned.ref, kind="embeddings")
     shards = dask_art.manifest["embeddings"]["shards"]
     assert [(s["file"], s["first_block_id"], s["rows"]) for s in shards] == [
         ("shard-00000.npy", 0, 200), ("shard-00001.npy", 200, 200), ("shard-00002.npy", 400, 200),
@@ -65,7 +65,7 @@ def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: 
     assert asyncio.run(_completed_task_runs("embed-shard")) >= 4
     # this process, the same config: the same cache key, the same shards and vectors
     local = run_embed_blocks(store, blocks, embed, force=True)
-    assert local.ref.path == fanned["ref"].path
+    assert local.ref.path == fanned.ref.path
     local_art = store.open(local.ref, kind="embeddings")
     assert local_art.manifest["embeddings"]["shards"] == shards
     local_vectors = load_embeddings(Path(local_art.path) / "embeddings", local_art.manifest["embeddings"], 612)
@@ -73,21 +73,21 @@ def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: 
 
 
 def test_dask_workers_mine_the_rows_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
-    from flows.fanout import dask_runner, mine_spans_dask
-    from flows.ingest_corpus import chunk_blocks
+    from flows.stages import mine_salient_spans
     from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
     from realm_core.spans.mining import run_mine_spans
 
     root = str(tmp_path / "art")
-    blocks = chunk_blocks(preset="tiny", root=root)["ref"]
-    spans = load_config("tiny").spans.model_copy(update={"shard_size": 250})  # 612 blocks: 3 shards
-    fanned = mine_spans_dask.with_options(task_runner=dask_runner("local:2"))(blocks, spans, root)
+    sets = ["spans.shard_size=250"]  # 612 blocks: 3 shards
+    runs = mine_salient_spans(preset="tiny", overrides=sets, root=root, dask="local:2")
+    fanned, blocks = runs["spans"], runs["chunk"].ref
+    spans = load_config("tiny", overrides=sets).spans
     store = ArtifactStore(root)
-    dask_art = store.open(fanned["ref"], kind="salient_spans")
+    dask_art = store.open(fanned.ref, kind="salient_spans")
     dask_tables = {t: dask_art.read_table(t).to_pylist() for t in ("sentences", "salient_spans")}
     local = run_mine_spans(store, blocks, spans, force=True)  # the same cache key: replaced in place
-    assert local.ref.path == fanned["ref"].path
+    assert local.ref.path == fanned.ref.path
     local_art = store.open(local.ref, kind="salient_spans")
     for table, rows in dask_tables.items():
         assert rows == local_art.read_table(table).to_pylist()

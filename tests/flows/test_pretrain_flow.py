@@ -1,21 +1,32 @@
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
-from flows.pretrain_realm import pretrain_realm
+from flows.stages import pretrain_realm
+from realm_core.artifacts import ArtifactStore
 
 pytestmark = pytest.mark.slow
 
 
 def test_pretraining_flow_runs_each_refresh_as_a_subflow(shared_data: Path, tmp_path: Path) -> None:
     root = str(tmp_path / "art")
-    state = pretrain_realm(preset="tiny", root=root, return_state=True)
+    # a deployment run with one field typed into the UI's form: the tiny preset plus that change
+    overrides = ["pretrain.refresh_every=3"]
+    state = pretrain_realm(preset="tiny", overrides=overrides, root=root, return_state=True)
     assert state.is_completed()
-    result = state.result()
-    assert result["stats"]["steps"] == 4 and result["cached"] is False
+    result = state.result()["pretrain"]
+    assert result.stats["steps"] == 4 and result.cached is False
+    cli = subprocess.run([sys.executable, "-m", "flows.cli", "config", "--preset", "tiny", "--set", overrides[0]],
+                         capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"), check=True)
+    cli_hash = next(line.split()[-1] for line in cli.stdout.splitlines() if line.startswith("pretrain: config hash"))
+    manifest = ArtifactStore(root).open(result.ref).manifest
+    assert manifest["config_hash"].startswith(cli_hash) and result.config["pretrain"]["refresh_every"] == 3
 
     async def children() -> list[str]:
         async with get_client() as client:
@@ -24,7 +35,7 @@ def test_pretraining_flow_runs_each_refresh_as_a_subflow(shared_data: Path, tmp_
             flows = {r.flow_id: (await client.read_flow(r.flow_id)).name for r in runs}
             return sorted(flows[r.flow_id] for r in runs)
 
-    # tiny: the run's initial index (ICT, retriever step 4) and its step-2 refresh (step 6)
-    assert asyncio.run(children()) == ["refresh-index", "refresh-index"]
-    again = pretrain_realm(preset="tiny", root=root)
-    assert again["cached"] is True
+    # the run's initial index (ICT, retriever step 4) and its step-3 refresh (step 7)
+    assert asyncio.run(children()) == ["refresh-pretraining-index", "refresh-pretraining-index"]
+    again = pretrain_realm(preset="tiny", overrides=overrides, root=root)["pretrain"]
+    assert again.cached is True

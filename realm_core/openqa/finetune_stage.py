@@ -46,10 +46,6 @@ from realm_core.progress import Progress
 READER_KIND = "qa_reader"
 MODEL_KIND = "openqa_model"
 EVAL_KIND = "openqa_eval"
-QA_CODE = ("realm_core.openqa.qa_stage", "realm_core.openqa.finetune", "realm_core.openqa.span_reader",
-           "realm_core.openqa.reading", "realm_core.openqa.retrievers", "realm_core.openqa.answers",
-           "realm_core.openqa.significance", "realm_core.openqa.evaluation", "realm_core.retrieval.encoders",
-           "realm_core.training")
 CURVE_COLUMNS = ("step", "loss", "dev_em", "with_gold", "learning_rate")
 GOLD_SYSTEM = "gold paragraph reader"
 # what the gold-passage phase depends on (the open phase's budget does not change it)
@@ -192,8 +188,8 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     """The span reader trained on each training question's gold passage (`finetune.gold_passage`),
     checkpoint chosen by dev exact match on the dev questions' gold passages. Retriever-free, so
     one artifact per reader start serves every system. None when the phase has no steps."""
+    from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement
-    from realm_core.encoders import load_tokenizer
     from realm_core.openqa.retrievers import GoldPassage
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.stage import encoder_hash
@@ -204,7 +200,7 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     _check_reader_length(config)
     section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
     inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
-              "code": code_version(QA_CODE, ("torch", "transformers"))}
+              "code": code_version((__name__,), ("torch", "transformers"))}
     section_hash = artifact_key(json.dumps(section, sort_keys=True), {})
     key = artifact_key(section_hash, inputs)
     if (hit := store.lookup(READER_KIND, key)) is not None:
@@ -243,8 +239,8 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
                  force: bool = False) -> StageResult:
     """A system's fine-tuned reader and query encoder: from its reader start through the
     gold-passage phase (cached, shared), then `config.steps` on its own top-k blocks."""
+    from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement, rank_zero_artifact, rank_zero_first
-    from realm_core.encoders import load_tokenizer
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -258,7 +254,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     reader_dir = f"{gold.ref.path}/reader" if gold is not None else system.reader
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",
-              "code": code_version(QA_CODE, ("torch", "transformers", "bm25s"))}
+              "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
     key = artifact_key(config.config_hash(), inputs)
     if not force and (hit := store.lookup(MODEL_KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli import _errors, data_app, out
+from flows.cli.common import data_app, errors, out
 
 
 @data_app.command("list")
@@ -17,7 +17,7 @@ def data_list() -> None:
     from realm_core.config import data_dir
     from realm_core.sources import load_registry
 
-    with _errors():
+    with errors():
         t = Table(title=f"sources (REALM_DATA_DIR={data_dir()})")
         for col in ("name", "format", "present", "licence", "path"):
             t.add_column(col)
@@ -34,7 +34,7 @@ def data_fetch(name: Annotated[list[str], typer.Argument(help="source names (see
     """Download sources and verify their sha256; then use REALM_DATA_DIR=data/downloads."""
     from realm_core.sources import DOWNLOADS, fetch
 
-    with _errors():
+    with errors():
         for n in name:
             path = fetch(n, dest or DOWNLOADS, url=url)
             out.print(f"{n}: {path} (sha256 verified)")

@@ -55,3 +55,24 @@ def load_wordpieces(spec: str) -> Any:
     backend.no_truncation()
     backend.no_padding()
     return backend
+
+
+def load_masked_lm(source: str, dropout: float | None = None, seed: int = 0) -> Any:
+    """`source`'s BERT with its MLM head (`BertForMaskedLM`, decoder tied to the embeddings); a
+    head the checkpoint lacks (MiniLM ships none) starts from `seed`."""
+    import torch
+    from transformers import BertForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    kwargs: dict[str, Any] = {} if dropout is None else {
+        "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # "newly initialized: cls.predictions.*" is expected
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.tie_weights()
+    return model

@@ -1,4 +1,4 @@
-"""`realm pretrain` and the data-parallel launch it shares with `realm finetune`."""
+"""`realm pretrain`: REALM pretraining, on one process or data parallel under torchrun."""
 
 from __future__ import annotations
 
@@ -6,23 +6,22 @@ from typing import Annotated
 
 import typer
 
-from flows.cli import (
+from flows.cli.common import (
     ConfigFile,
     Force,
     Nproc,
     Overrides,
     Preset,
     Root,
-    _blocks,
-    _errors,
-    _pretrain_retriever,
-    _report,
-    _setup,
     app,
+    close_process_group,
+    errors,
+    is_main_rank,
     out,
     relaunch_under_torchrun,
+    report,
+    resolver,
 )
-from flows.progress_bar import RichProgress
 
 
 @app.command()
@@ -41,27 +40,15 @@ def pretrain(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
 
     Data parallel: realm pretrain --nproc 2, or torchrun --nproc-per-node 8 -m flows.cli pretrain --preset paper"""
     relaunch_under_torchrun(nproc)
-    from realm_core.distributed import Placement, rank_zero_first
-    from realm_core.pretrain.stage import run_pretrain
-    from realm_core.progress import NoProgress
-    from realm_core.spans.mining import run_mine_spans
-
-    with _errors():
+    with errors():
         sets = list(overrides or [])
         if sync_refresh is not None:
             sets.append(f"pretrain.sync_refresh={str(sync_refresh).lower()}")
         if retrieval is not None:
             sets.append(f"pretrain.retrieval={retrieval}")
-        cfg, store = _setup(preset, config, sets, root)
-        placement = Placement.from_env(cfg.pretrain.device, cfg.pretrain.precision)
-        with rank_zero_first(placement):  # upstream stages run once, the other ranks hit the cache
-            blocks = _blocks(cfg, store)
-            spans = run_mine_spans(store, blocks.ref, cfg.spans, RichProgress())
-            retriever_ref = _pretrain_retriever(cfg, store, blocks, spans)
-        result = run_pretrain(store, blocks.ref, spans.ref, retriever_ref, cfg.pretrain, cfg.masking,
-                              cfg.embed, cfg.index, RichProgress() if placement.is_main else NoProgress(),
-                              force=force)
-        placement.close()
-        if placement.is_main:
-            _report(f"REALM model ({cfg.pretrain.retrieval})", result.ref, result.cached, result.stats)
-            out.print(result.report)
+        stages = resolver(preset, config, sets, root, force=["pretrain"] if force else [])
+        run = stages.run("pretrain")
+        close_process_group(stages.cfg.pretrain.device)
+        report(f"REALM model ({stages.cfg.pretrain.retrieval})", run)
+        if is_main_rank():
+            out.print(run.report)

@@ -9,10 +9,9 @@ from realm_core.artifacts import ArtifactStore, StageResult, artifact_key, code_
 from realm_core.config import QuestionsConfig, QuestionSource, resolve_data_path
 from realm_core.errors import ConfigError, check_input_file
 from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions
-from realm_core.openqa.questions import QuestionSet, squad_questions
+from realm_core.questions import QuestionSet, squad_questions
 
 KIND = "questions"
-CODE = ("realm_core.openqa.stage", "realm_core.openqa.datasets", "realm_core.openqa.questions")
 
 
 def read_source(source: QuestionSource) -> QuestionSet:
@@ -32,7 +31,7 @@ def run_load_questions(store: ArtifactStore, config: QuestionsConfig) -> StageRe
         path = resolve_data_path(s.path)
         check_input_file(path, f"a {s.kind} question file ({s.dataset}/{s.split})")
         inputs[f"{s.dataset}/{s.split}/{i}"] = sha256_file(path)
-    inputs["code"] = code_version(CODE)
+    inputs["code"] = code_version((__name__,))
     key = artifact_key(config.config_hash(), inputs)
     if (hit := store.lookup(KIND, key)) is not None:
         return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])

@@ -1,0 +1,22 @@
+"""`realm`: the command line. Every stage command resolves its stage through the stage graph
+(realm_core/graph.py) with the same config options (--preset, --config FILE, --set
+stage.field=v), so the cache keys are the Prefect flows' own: `realm chunk` after `realm ingest`
+reuses the documents, and on a fresh root it ingests first. `realm pipeline` runs the Prefect
+flow with an embedded (ephemeral) Prefect.
+
+The commands are grouped by stage in this package's modules; importing them registers them on
+`app` (flows/cli/common.py), which none of them imports back.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from flows.cli import corpus, data, openqa, pretrain, retrieval, tools  # noqa: F401  (registers the commands)
+from flows.cli.common import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:  # pragma: no cover - console entry
+    sys.exit(app())

@@ -1,0 +1,5 @@
+"""`python -m flows.cli` (how torchrun starts each rank)."""
+
+from flows.cli import main
+
+main()

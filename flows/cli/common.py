@@ -1,0 +1,133 @@
+"""What every command shares: the Typer apps, the config options, error printing, the stage
+report, and the resolver a command runs its stages through (realm_core/graph.py: the same
+graph and cache keys as the Prefect flows, with a plain call as the hook)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from flows.cli.progress_bar import RichProgress, console
+from realm_core.errors import RealmError
+
+if TYPE_CHECKING:
+    from realm_core.graph import Resolver, StageRun
+
+app = typer.Typer(
+    help="REALM pipeline: ingest -> chunk -> (spans, warm start, index, pretrain, QA). "
+         "Artifacts go to --root (default $REALM_WORK_DIR/artifacts).",
+    no_args_is_help=True, rich_markup_mode="rich", pretty_exceptions_enable=False)
+data_app = typer.Typer(help="The data sources registry (data/sources.yaml): list and fetch.",
+                       no_args_is_help=True)
+app.add_typer(data_app, name="data")
+out = Console(markup=False)  # reports and values hold user text: print it as it is
+
+Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (laptop), paper")]
+ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
+                                                    help="YAML file of stage sections")]
+Overrides = Annotated[list[str] | None, typer.Option(
+    "--set", "-s", help="override one field, e.g. --set chunk.max_wordpieces=128 (repeatable)")]
+Root = Annotated[str | None, typer.Option(help="artifact root (path or fsspec URL)")]
+Force = Annotated[bool, typer.Option("--force", help="recompute this stage even if it is cached "
+                                                     "(never its upstream stages)")]
+Dask = Annotated[str | None, typer.Option(
+    help="run the stage's units (source files, shards of blocks) on Dask workers through "
+         "Prefect's Dask task runner: local:N (a "
+         "LocalCluster of N processes) or a scheduler address tcp://host:8786; the workers must "
+         "share the artifact root (and, to ingest, see the source files)")]
+Nproc = Annotated[int, typer.Option(
+    min=1, help="data-parallel processes on this machine (relaunches under torchrun: gloo on CPU, "
+                "nccl on GPUs); for several machines run torchrun yourself")]
+JsonOut = Annotated[Path | None, typer.Option("--json", help="also write the results as JSON here")]
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except RealmError as e:
+        # the message names user files and values verbatim: never read as Rich markup
+        console.print(Text.assemble(("error:", "bold red"), f" {e}"), soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def is_main_rank() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _progress() -> Any:
+    from realm_core.progress import NoProgress
+
+    return RichProgress() if is_main_rank() else NoProgress()
+
+
+def resolver(preset: str, config: Path | None, overrides: list[str] | None, root: str | None,
+             force: Iterable[str] = (), dask: str | None = None) -> Resolver:
+    """The stage graph over the config (preset + YAML + overrides) and the artifact root, each
+    stage called in this process with a progress bar (`dask`: the stages that fan out run their
+    units on Dask workers through Prefect); `force` names the stages to recompute."""
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.config import load_config, work_dir
+    from realm_core.graph import Resolver, call_directly
+
+    cfg = load_config(preset, config, overrides or [])
+    hook = call_directly
+    if dask:
+        from flows.fanout import dask_hook
+
+        hook = dask_hook(dask, call_directly)
+    return Resolver(cfg, ArtifactStore(root or work_dir() / "artifacts"), hook=hook, force=force,
+                    progress=_progress)
+
+
+def report(title: str, run: StageRun) -> None:
+    """The stage's artifact, cache state and stats as a table (rank 0 only)."""
+    if not is_main_rank():
+        return
+    table = Table(title=f"{title}{' (cached)' if run.cached else ''}", show_header=False)
+    table.add_row("artifact", run.ref.path if run.ref else "none (off in this config)")
+    if run.ref is not None:
+        table.add_row("content hash", run.ref.content_hash[:16])
+    for k, v in run.stats.items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+    out.print(table)
+
+
+def write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def relaunch_under_torchrun(nproc: int) -> None:
+    """With --nproc N > 1 outside torchrun: run this same command line once per rank (without
+    --nproc, which torchrun would read as its own option); torchrun sets WORLD_SIZE, so the ranks
+    do not relaunch again."""
+    if nproc <= 1 or "WORLD_SIZE" in os.environ:
+        return
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg == "--nproc" or arg.startswith("--nproc="):
+            skip = arg == "--nproc"
+            continue
+        args.append(arg)
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              f"--nproc-per-node={nproc}", "-m", "flows.cli", *args])
+
+
+def close_process_group(device: str) -> None:
+    """Leave torchrun's process group at the end of a data-parallel command."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from realm_core.distributed import Placement
+
+        Placement.from_env(device).close()

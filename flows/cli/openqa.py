@@ -1,0 +1,89 @@
+"""`realm questions`, `realm finetune`, `realm evaluate`: the open-QA stages."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from flows.cli.common import (
+    ConfigFile,
+    Force,
+    JsonOut,
+    Nproc,
+    Overrides,
+    Preset,
+    Root,
+    app,
+    close_process_group,
+    errors,
+    out,
+    relaunch_under_torchrun,
+    report,
+    resolver,
+    write_json,
+)
+
+Systems = Annotated[list[str] | None, typer.Option(
+    "--system", help="none (null block only), bm25, ict (ORQA-like), realm; repeatable "
+                     "[default: openqa_eval.systems, all four]")]
+
+
+def system_overrides(overrides: list[str] | None, systems: list[str] | None) -> list[str]:
+    """--set items plus --system as openqa_eval.systems (an unknown name fails in the config)."""
+    return list(overrides or []) + ([f"openqa_eval.systems={json.dumps(list(systems))}"] if systems else [])
+
+
+@app.command()
+def questions(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+              root: Root = None) -> None:
+    """Open-QA benchmarks -> one [bold]questions[/] table: NQ-open, WebQuestions, CuratedTREC (answer regexes), SQuAD-open split by article; every dropped line counted by reason.
+
+    Example: realm questions --preset demo"""
+    with errors():
+        run = resolver(preset, config, overrides, root).run("questions")
+        report("questions", run)
+        out.print(run.report)
+
+
+@app.command()
+def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+             root: Root = None, force: Force = False, system: Systems = None,
+             dataset: Annotated[str | None, typer.Option(
+                 help="questions dataset to train on (default: finetune.dataset, squad-open)")] = None,
+             nproc: Nproc = 1) -> None:
+    """questions + blocks + retriever -> [bold]fine-tuned open-QA system[/] (REALM §3.4): the document encoder and its index frozen, the query encoder and the span reader trained on the top-5 blocks, p(y|x) marginalised over every matching span. Each system gets the same budget. Killed runs resume from their last checkpoint when rerun.
+
+    Example: realm finetune --system ict --system realm --set finetune.steps=300
+
+    Data parallel: realm finetune --nproc 2 (or torchrun ... -m flows.cli finetune)"""
+    from realm_core.graph import qa_keys
+
+    relaunch_under_torchrun(nproc)
+    with errors():
+        sets = system_overrides(overrides, system) + ([f"finetune.dataset={dataset}"] if dataset else [])
+        stages = resolver(preset, config, sets, root)
+        targets = [f"finetune_{k}" for k in qa_keys(stages.cfg) if k != "none"]
+        stages.force = set(targets) if force else set()
+        for name in targets:
+            report(f"fine-tuned {name.removeprefix('finetune_')}", stages.run(name))
+        close_process_group(stages.cfg.finetune.device)
+
+
+@app.command()
+def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+             root: Root = None, force: Force = False, system: Systems = None, json_out: JsonOut = None) -> None:
+    """Open-QA exact match of each system on NQ, WebQuestions, CuratedTREC and SQuAD-open (REALM Table 1): full split and answerable subset, recall@5, a predictions table to inspect. Fine-tunes what is not cached.
+
+    Example: realm evaluate --preset demo --json work/reports/openqa.json"""
+    with errors():
+        stages = resolver(preset, config, system_overrides(overrides, system), root,
+                          force=["openqa_eval"] if force else [])
+        run = stages.run("openqa_eval")
+        report("open-QA evaluation", run)
+        out.print(run.report)
+        assert run.ref is not None
+        m = stages.store.open(run.ref).manifest
+        write_json(json_out, {"preset": preset, "artifact": run.ref.path} | {
+            k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune")})

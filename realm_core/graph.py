@@ -1,0 +1,364 @@
+"""The pipeline, declared once.
+
+Each stage names the config sections it reads, the stages upstream of it (which may depend on
+the config: pretraining starts from the warm start `pretrain.warm_start` names) and its runner,
+a call into realm_core. `Resolver` returns a stage's result through the artifact cache,
+resolving its upstream stages first. The command line, the Prefect flows and the benchmarks
+all resolve stages here and differ only in the hook that calls a runner: a plain call in the
+CLI and the benchmarks, a Prefect task in the flows. The stage order lives in `STAGES` and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.config import EmbedConfig, PipelineConfig
+from realm_core.errors import ConfigError
+from realm_core.progress import NoProgress, Progress
+
+JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
+RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)
+QA_SYSTEMS = ("none", "bm25", "ict", "realm")
+
+
+@dataclass
+class StageInputs:
+    """What a runner gets: the config, the store, its upstream stages' refs by stage name."""
+
+    cfg: PipelineConfig
+    store: ArtifactStore
+    refs: dict[str, ArtifactRef | None]
+    progress: Progress = field(default_factory=NoProgress)
+    force: bool = False
+    map_jobs: JobMap | None = None          # a fanning-out stage's jobs run elsewhere (Dask)
+    refresh_index: RefreshIndex | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    title: str                                         # for reports
+    sections: tuple[str, ...]                          # config sections the stage reads
+    upstream: Callable[[PipelineConfig], tuple[str, ...]]
+    run: Callable[[StageInputs], StageResult | None]   # None: the stage is off in this config
+    fans_out: bool = False                             # its runner takes `map_jobs` (source files, shards)
+    distributed: bool = False                          # runs on every torchrun rank, not rank 0 alone
+
+    def config(self, cfg: PipelineConfig) -> dict[str, Any]:
+        return {s: getattr(cfg, s).model_dump(mode="json") for s in self.sections}
+
+
+@dataclass
+class StageRun:
+    """A resolved stage: its artifact (None when the stage is off), cache hit or not, its stats,
+    the wall seconds of this call, the report's markdown and the config sections it read."""
+
+    stage: str
+    ref: ArtifactRef | None
+    cached: bool
+    stats: dict[str, Any]
+    seconds: float
+    report: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"artifact": self.ref.path if self.ref else None, "cached": self.cached,
+                "seconds": round(self.seconds, 2), "stats": self.stats}
+
+
+Hook = Callable[[Stage, StageInputs], StageRun]
+
+
+def call_directly(stage: Stage, inputs: StageInputs) -> StageRun:
+    """The plain hook: run the stage in this process and time it."""
+    t0 = time.perf_counter()
+    result = stage.run(inputs)
+    return stage_run(stage, inputs.cfg, result, time.perf_counter() - t0)
+
+
+def stage_run(stage: Stage, cfg: PipelineConfig, result: StageResult | None, seconds: float) -> StageRun:
+    if result is None:
+        return StageRun(stage.name, None, True, {"skipped": "off in this config"}, seconds, "", stage.config(cfg))
+    return StageRun(stage.name, result.ref, result.cached, result.stats, seconds, result.report, stage.config(cfg))
+
+
+# --- runners: one call into realm_core each -------------------------------------------------
+
+def _ingest(i: StageInputs) -> StageResult:
+    from realm_core.ingest.stage import run_ingest
+
+    return run_ingest(i.store, i.cfg.ingest, i.progress, force=i.force, map_sources=_mapper(i, "ingest"))
+
+
+def _chunk(i: StageInputs) -> StageResult:
+    from realm_core.blocks import run_chunk
+
+    return run_chunk(i.store, _ref(i, "ingest"), i.cfg.chunk, i.progress, force=i.force)
+
+
+def _spans(i: StageInputs) -> StageResult:
+    from realm_core.spans.mining import run_mine_spans
+
+    return run_mine_spans(i.store, _ref(i, "chunk"), i.cfg.spans, i.progress, force=i.force,
+                          map_shards=_mapper(i, "spans"))
+
+
+def _ict(i: StageInputs) -> StageResult:
+    from realm_core.retrieval.warm_start import run_warm_start_ict
+
+    return run_warm_start_ict(i.store, _ref(i, "chunk"), _ref(i, "spans"), i.cfg.ict, i.progress, force=i.force)
+
+
+def _retromae(i: StageInputs) -> StageResult:
+    from realm_core.retrieval.warm_start import run_warm_start_retromae
+
+    return run_warm_start_retromae(i.store, _ref(i, "chunk"), i.cfg.retromae, i.progress, force=i.force)
+
+
+def index_embed_config(cfg: PipelineConfig, store: ArtifactStore, refs: dict[str, ArtifactRef | None]) -> EmbedConfig:
+    """`embed` with the index's document encoder resolved (`embed.encoder_from`)."""
+    from realm_core.retrieval.warm_start import doc_encoder_dir, latest_retriever
+
+    encoder = cfg.embed.doc_encoder
+    if cfg.embed.encoder_from == "warm_start" and cfg.pretrain.warm_start != "none":
+        encoder = doc_encoder_dir(_ref_of(refs, cfg.pretrain.warm_start))
+    elif cfg.embed.encoder_from == "latest" and (newest := latest_retriever(store)) is not None:
+        encoder = doc_encoder_dir(newest)
+    return cfg.embed.model_copy(update={"doc_encoder": encoder, "encoder_from": "config"})
+
+
+def _embed(i: StageInputs) -> StageResult:
+    from realm_core.retrieval.stage import run_embed_blocks
+
+    return run_embed_blocks(i.store, _ref(i, "chunk"), index_embed_config(i.cfg, i.store, i.refs), i.progress,
+                            force=i.force, map_shards=_mapper(i, "embed"))
+
+
+def _index(i: StageInputs) -> StageResult:
+    from realm_core.retrieval.stage import run_build_index
+
+    return run_build_index(i.store, _ref(i, "embed"), _ref(i, "chunk"), i.cfg.index)
+
+
+def _retrieval_eval(i: StageInputs) -> StageResult:
+    from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
+
+    c = i.cfg
+    systems = standard_systems(_ref(i, "ict"), c.embed, c.ict.encoder, c.ict.projection_dim, c.ict.seed)
+    return run_evaluate_retrieval(i.store, _ref(i, "chunk"), systems, c.retrieval_eval, i.progress)
+
+
+def _reader_mlm(i: StageInputs) -> StageResult | None:
+    from realm_core.pretrain.stage import run_warm_reader
+
+    return run_warm_reader(i.store, _ref(i, "chunk"), i.cfg.pretrain, progress=i.progress)
+
+
+def _pretrain(i: StageInputs) -> StageResult:
+    from realm_core.pretrain.stage import run_pretrain
+
+    c = i.cfg
+    retriever = _ref(i, c.pretrain.warm_start) if c.pretrain.warm_start != "none" else None
+    return run_pretrain(i.store, _ref(i, "chunk"), _ref(i, "spans"), retriever, c.pretrain, c.masking, c.embed,
+                        c.index, i.progress, force=i.force, refresh_index=i.refresh_index)
+
+
+def _questions(i: StageInputs) -> StageResult:
+    from realm_core.openqa.questions_stage import run_load_questions
+
+    return run_load_questions(i.store, i.cfg.questions)
+
+
+def qa_system(cfg: PipelineConfig, refs: dict[str, ArtifactRef | None], key: str) -> Any:
+    """The `QASystem` of Table 1 row `key` from its upstream refs."""
+    from realm_core.openqa.finetune_stage import baseline_reader, qa_systems
+
+    reader = baseline_reader(refs.get("reader_mlm"), cfg.pretrain, cfg.finetune)
+    systems = qa_systems(refs.get("ict"), refs.get("pretrain"), cfg.embed, reader)
+    return next(s for s in systems if s.key == key)
+
+
+def _finetuner(key: str) -> Callable[[StageInputs], StageResult]:
+    def run(i: StageInputs) -> StageResult:
+        from realm_core.openqa.finetune_stage import run_finetune
+
+        return run_finetune(i.store, _ref(i, "chunk"), _ref(i, "questions"), qa_system(i.cfg, i.refs, key),
+                            i.cfg.finetune, i.progress, force=i.force)
+    return run
+
+
+def _openqa_eval(i: StageInputs) -> StageResult:
+    from realm_core.openqa.evaluation import run_evaluate_openqa
+
+    entries = [(qa_system(i.cfg, i.refs, k), i.refs.get(f"finetune_{k}")) for k in qa_keys(i.cfg)]
+    return run_evaluate_openqa(i.store, _ref(i, "chunk"), _ref(i, "questions"), entries, i.cfg.finetune,
+                               i.cfg.openqa_eval, i.progress)
+
+
+# --- upstream of each stage -------------------------------------------------------------------
+
+def _warm_start(cfg: PipelineConfig) -> tuple[str, ...]:
+    return () if cfg.pretrain.warm_start == "none" else (cfg.pretrain.warm_start,)
+
+
+def qa_keys(cfg: PipelineConfig) -> list[str]:
+    """The open-QA systems evaluated: `openqa_eval.systems`, REALM only when pretraining retrieves."""
+    return [k for k in dict.fromkeys(cfg.openqa_eval.systems)
+            if k != "realm" or cfg.pretrain.retrieval == "realm"]
+
+
+def _reader_start(cfg: PipelineConfig) -> tuple[str, ...]:
+    return ("reader_mlm",) if cfg.finetune.reader_start == "reader_mlm" else ()
+
+
+def _qa_upstream(key: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
+    def upstream(cfg: PipelineConfig) -> tuple[str, ...]:
+        own = {"none": (), "bm25": (), "ict": ("ict",), "realm": ("ict", "pretrain")}[key]
+        return ("chunk", "questions", *_reader_start(cfg), *own)
+    return upstream
+
+
+def _eval_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
+    keys = qa_keys(cfg)
+    names = ["chunk", "questions", *_reader_start(cfg)]
+    for k in keys:
+        names += [u for u in _qa_upstream(k)(cfg) if u not in names]
+    return (*names, *(f"finetune_{k}" for k in keys if k != "none"))
+
+
+def _embed_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
+    return ("chunk", *(_warm_start(cfg) if cfg.embed.encoder_from == "warm_start" else ()))
+
+
+def _none(_: PipelineConfig) -> tuple[str, ...]:
+    return ()
+
+
+def _after(*names: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
+    return lambda _: names
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", "ingest", ("ingest",), _none, _ingest, fans_out=True),
+    Stage("chunk", "chunk", ("chunk",), _after("ingest"), _chunk),
+    Stage("spans", "salient spans", ("spans",), _after("chunk"), _spans, fans_out=True),
+    Stage("ict", "warm start (ICT)", ("ict",), _after("chunk", "spans"), _ict),
+    Stage("retromae", "warm start (RetroMAE)", ("retromae",), _after("chunk"), _retromae),
+    Stage("embed", "embed", ("embed",), _embed_upstream, _embed, fans_out=True),
+    Stage("index", "index", ("index",), _after("embed", "chunk"), _index),
+    Stage("retrieval_eval", "retrieval evaluation", ("retrieval_eval", "embed", "ict"), _after("chunk", "ict"),
+          _retrieval_eval),
+    Stage("reader_mlm", "reader masked-LM warm-up", ("pretrain",), _after("chunk"), _reader_mlm),
+    Stage("pretrain", "pretrain", ("pretrain", "masking", "embed", "index"),
+          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True),
+    Stage("questions", "questions", ("questions",), _none, _questions),
+    *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True)
+      for k in QA_SYSTEMS if k != "none"),
+    Stage("openqa_eval", "open-QA evaluation", ("openqa_eval", "finetune", "embed"), _eval_upstream, _openqa_eval),
+)
+BY_NAME = {s.name: s for s in STAGES}
+# what the full pipeline builds; everything upstream of these comes with them
+PIPELINE_TARGETS = ("index", "retrieval_eval", "pretrain", "openqa_eval")
+
+
+def stage(name: str) -> Stage:
+    if name not in BY_NAME:
+        raise ConfigError(f"stage {name!r}: expected one of {', '.join(BY_NAME)}")
+    return BY_NAME[name]
+
+
+def closure(cfg: PipelineConfig, targets: Iterable[str]) -> list[str]:
+    """The targets and every stage upstream of them, in `STAGES` order."""
+    needed: set[str] = set()
+    todo = list(targets)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += stage(name).upstream(cfg)
+    return [s.name for s in STAGES if s.name in needed]
+
+
+def _ref_of(refs: dict[str, ArtifactRef | None], name: str) -> ArtifactRef:
+    ref = refs.get(name)
+    if ref is None:
+        raise ConfigError(f"stage {name!r} produced no artifact in this config, and a stage downstream needs it")
+    return ref
+
+
+def _ref(i: StageInputs, name: str) -> ArtifactRef:
+    return _ref_of(i.refs, name)
+
+
+def _mapper(i: StageInputs, name: str) -> Callable[[list[Any]], Any] | None:
+    if i.map_jobs is None:
+        return None
+    from realm_core.ingest.stage import ingest_source
+    from realm_core.retrieval.embed import embed_shard
+    from realm_core.spans.mining import mine_shard
+
+    jobs_of: dict[str, Callable[[Any], Any]] = {"ingest": ingest_source, "spans": mine_shard, "embed": embed_shard}
+    job, map_jobs = jobs_of[name], i.map_jobs
+    if name == "embed":  # the embed stage takes every shard's result at once
+        return lambda jobs: list(map_jobs(job, jobs))
+    return lambda jobs: map_jobs(job, jobs)  # ingest and spans write each result as it comes
+
+
+class Resolver:
+    """Stages of one config over one store, each resolved once (memoised) through the cache.
+
+    `hook` calls a runner (`call_directly`, or a Prefect task); `force` names the stages to
+    recompute although cached; `progress` makes each stage's progress reporter;
+    `refresh_index` is what pretraining calls at every index refresh (default: in process)."""
+
+    def __init__(self, cfg: PipelineConfig, store: ArtifactStore, hook: Hook = call_directly,
+                 force: Iterable[str] = (), progress: Callable[[], Progress] = NoProgress,
+                 refresh_index: RefreshIndex | None = None, map_jobs: JobMap | None = None) -> None:
+        self.cfg, self.store, self.hook = cfg, store, hook
+        self.force = set(force)
+        self.progress, self.refresh_index, self.map_jobs = progress, refresh_index, map_jobs
+        self.runs: dict[str, StageRun] = {}
+
+    def inputs(self, name: str) -> StageInputs:
+        """The runner's inputs of stage `name`, its upstream resolved."""
+        s = stage(name)
+        refs = {u: self.run(u).ref for u in s.upstream(self.cfg)}
+        return StageInputs(self.cfg, self.store, refs, self.progress(), name in self.force,
+                           self.map_jobs if s.fans_out else None, self.refresh_index)
+
+    def run(self, name: str) -> StageRun:
+        """Stage `name` through the cache, its upstream first. Under torchrun a distributed stage
+        (pretraining, fine-tuning) runs on every rank; any other runs on rank 0 first and the
+        other ranks then find it in the cache."""
+        if name not in self.runs:
+            s = stage(name)
+            inputs = self.inputs(name)  # each upstream stage placed by its own kind
+            if s.distributed:
+                self.runs[name] = self.hook(s, inputs)
+            else:
+                with self._rank_zero_first():
+                    self.runs[name] = self.hook(s, inputs)
+        return self.runs[name]
+
+    def _rank_zero_first(self) -> Any:
+        import contextlib
+        import os
+
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return contextlib.nullcontext()
+        from realm_core.distributed import Placement, rank_zero_first
+
+        return rank_zero_first(Placement.from_env(self.cfg.pretrain.device))
+
+    def ref(self, name: str) -> ArtifactRef:
+        return _ref_of({name: self.run(name).ref}, name)
+
+    def pipeline(self, targets: Iterable[str] = PIPELINE_TARGETS) -> dict[str, StageRun]:
+        """Every stage the targets need, in order."""
+        return {name: self.run(name) for name in closure(self.cfg, targets)}
+
