@@ -13,12 +13,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PORT ?= 4200
+QA_PORT ?= 8000
 # torch's CPU wheel: pip's find-links folder where there is one (uv does not read pip's
 # config), else PyTorch's CPU index. Never the CUDA build.
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo test test-fast test-slow serve stop bench retrieval-table pretrain-table openqa-table warm-start-table scaling-table lock lint clean
+.PHONY: venv demo test test-fast test-slow serve serve-qa stop bench retrieval-table pretrain-table openqa-table warm-start-table scaling-table lock lint clean
 
 venv: $(STAMP)
 
@@ -43,6 +44,10 @@ test-fast: $(STAMP)
 
 serve: $(STAMP)
 	bash flows/serve.sh start $(PORT)
+
+# The query side after `make demo`: a page and an HTTP API on 127.0.0.1:$(QA_PORT).
+serve-qa: $(STAMP)
+	$(BIN)/realm serve-qa --port $(QA_PORT)
 
 stop:
 	bash flows/serve.sh stop
@@ -74,10 +79,11 @@ pretrain-table: $(STAMP)
 	$(BIN)/python bench/readme_tables.py
 
 # README's open-QA table (REALM Table 1 layout): every system trained with the same budgets, then
-# evaluated in one run with paired intervals (reuses `make demo`'s cache). Not yet timed with the
-# gold-paragraph reader: its phase is about 3 s a step of 16 on 2 cores (300 steps per reader start).
+# evaluated in one run with paired intervals, with the two-epoch gold-paragraph phase of
+# bench/configs/openqa_table.yaml (about 50 minutes per reader start on 2 quiet cores: MiniLM's
+# and REALM's). Not yet timed end to end; projected at about 2.2 hours after `make demo`.
 openqa-table: $(STAMP)
-	$(BIN)/realm evaluate --preset demo --json bench/results/openqa.json
+	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml --json bench/results/openqa.json
 	$(BIN)/python bench/readme_tables.py
 
 # README's warm-start comparison: ICT vs RetroMAE (enhanced and plain decoder), one budget, one

@@ -216,6 +216,14 @@ class OpenQAEvalConfig(StageConfig):
     bootstrap_resamples: int = Field(10_000, ge=100, description="paired-difference intervals")
 
 
+class QueryConfig(StageConfig):
+    """The query side (`realm search`, `realm ask`): limits a query is checked against."""
+
+    max_query_chars: int = Field(1_000, ge=1, description="longest query or question accepted")
+    max_k: int = Field(100, ge=1, description="most blocks a search may return")
+    snippet_chars: int = Field(240, ge=20, description="characters of block text shown per hit")
+
+
 class PipelineConfig(StageConfig):
     """Every stage's config; a preset fills it, YAML and overrides adjust it."""
 
@@ -233,6 +241,7 @@ class PipelineConfig(StageConfig):
     pretrain: PretrainConfig = PretrainConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     openqa_eval: OpenQAEvalConfig = OpenQAEvalConfig()
+    query: QueryConfig = QueryConfig()
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

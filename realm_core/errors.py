@@ -31,6 +31,10 @@ class ConfigError(RealmError):
     """A configuration value or override is invalid."""
 
 
+class QueryError(RealmError):
+    """A query is empty or too long, asks for too many blocks, or names an unknown system."""
+
+
 def unreadable_input(path: object, expected: str, error: OSError) -> InputError:
     """The one place an OS error on a user's input file becomes an InputError: the file, what
     the stage expected there, and the cause in words (no traceback)."""

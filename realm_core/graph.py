@@ -154,9 +154,15 @@ def _retrieval_eval(i: StageInputs) -> StageResult:
 
 
 def _reader_mlm(i: StageInputs) -> StageResult | None:
+    import os
+
+    from realm_core.distributed import Placement
     from realm_core.pretrain.stage import run_warm_reader
 
-    return run_warm_reader(i.store, _ref(i, "chunk"), i.cfg.pretrain, progress=i.progress)
+    # under torchrun every rank trains it data parallel, as pretraining does
+    placement = Placement.from_env(i.cfg.pretrain.device, i.cfg.pretrain.precision) \
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    return run_warm_reader(i.store, _ref(i, "chunk"), i.cfg.pretrain, placement, i.progress)
 
 
 def _pretrain(i: StageInputs) -> StageResult:
@@ -253,7 +259,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("index", "index", ("index",), _after("embed", "chunk"), _index),
     Stage("retrieval_eval", "retrieval evaluation", ("retrieval_eval", "embed", "ict"), _after("chunk", "ict"),
           _retrieval_eval),
-    Stage("reader_mlm", "reader masked-LM warm-up", ("pretrain",), _after("chunk"), _reader_mlm),
+    Stage("reader_mlm", "reader masked-LM warm-up", ("pretrain",), _after("chunk"), _reader_mlm, distributed=True),
     Stage("pretrain", "pretrain", ("pretrain", "masking", "embed", "index"),
           lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True),
     Stage("questions", "questions", ("questions",), _none, _questions),

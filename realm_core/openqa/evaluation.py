@@ -35,7 +35,7 @@ from realm_core.openqa.finetune_stage import (
     run_gold_reader,
 )
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.retrievers import Retriever
+from realm_core.openqa.retrievers import RETRIEVERS, Retriever
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
 from realm_core.progress import NoProgress, Progress
 
@@ -129,14 +129,15 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(reader, None), False))
     for system, model in entries:
         reader_dir = f"{model.path}/reader" if model else system.reader
-        query_dir = f"{model.path}/query_encoder" if model and system.retrieval == "dense" else system.query_encoder
+        kind = RETRIEVERS[system.retrieval]
+        query_dir = f"{model.path}/query_encoder" if model and kind.needs_query_encoder else system.query_encoder
         reader = SpanReader.from_pretrained(reader_dir, finetune_config.max_span_length, seed=finetune_config.seed)
         query_encoder = None
-        if system.retrieval == "dense":
+        if kind.needs_query_encoder:
             assert query_dir is not None
             query_encoder = RetrieverEncoder.from_pretrained(query_dir).eval()
         retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, finetune_config)
-        runs.append((system.name, retriever, QAModels(reader, query_encoder), system.retrieval != "none"))
+        runs.append((system.name, retriever, QAModels(reader, query_encoder), kind.retrieves))
     temperatures: dict[str, Any] = {}
     for name, retriever, models, fit in runs:
         temperature: float | None = finetune_config.train_temperature(retriever.name)

@@ -40,7 +40,7 @@ from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.retrievers import RETRIEVERS, Dense, Retriever
+from realm_core.openqa.retrievers import RETRIEVERS, Retriever, Sources
 from realm_core.progress import Progress
 
 READER_KIND = "qa_reader"
@@ -83,6 +83,7 @@ class QASystem:
 
 
 SYSTEM_KEYS = ("none", "bm25", "ict", "realm")
+SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM"}
 
 
 def check_system_keys(keys: list[str]) -> list[str]:
@@ -96,14 +97,14 @@ def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed
                encoder: str = BUNDLED_ENCODER) -> list[QASystem]:
     """The Table 1 rows that the given artifacts allow, in order of expected strength; `encoder`
     is the baseline reader (see the module docstring)."""
-    systems = [QASystem("none", "no retrieval", "none", encoder,
+    systems = [QASystem("none", SYSTEM_NAMES["none"], "none", encoder,
                         note="extractive reader, no block: nothing to extract"),
-               QASystem("bm25", "BM25 + reader", "bm25", encoder)]
+               QASystem("bm25", SYSTEM_NAMES["bm25"], "bm25", encoder)]
     if ict_ref is not None:
-        systems.append(QASystem("ict", "ICT (ORQA-like)", "dense", encoder, f"{ict_ref.path}/query_encoder",
+        systems.append(QASystem("ict", SYSTEM_NAMES["ict"], "dense", encoder, f"{ict_ref.path}/query_encoder",
                                 embed.model_copy(update={"doc_encoder": f"{ict_ref.path}/doc_encoder"})))
     if realm_ref is not None:
-        systems.append(QASystem("realm", "REALM", "dense", f"{realm_ref.path}/reader", f"{realm_ref.path}/query_encoder",
+        systems.append(QASystem("realm", SYSTEM_NAMES["realm"], "dense", f"{realm_ref.path}/reader", f"{realm_ref.path}/query_encoder",
                                 embed.model_copy(update={"doc_encoder": f"{realm_ref.path}/doc_encoder"})))
     return systems
 
@@ -146,18 +147,9 @@ def _blocks(store: ArtifactStore, blocks_ref: ArtifactRef | None, tokenizer: Any
 
 def _retriever(store: ArtifactStore, blocks_ref: ArtifactRef, system: QASystem, blocks: BlockStore,
                query_encoder: Any, tokenizer: Any, config: FinetuneConfig) -> Retriever:
-    if system.retrieval != "dense":
-        return RETRIEVERS[system.retrieval](blocks, config.top_k)
-    from realm_core.retrieval.embed import load_embeddings
-    from realm_core.retrieval.stage import run_embed_blocks
-
-    assert system.doc_embed is not None
-    emb = store.open(run_embed_blocks(store, blocks_ref, system.doc_embed).ref, kind="embeddings")
-    vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"], blocks.corpus_size)
-    if vectors.shape[1] != query_encoder.projection_dim:
-        raise ConfigError(f"{emb.path}: block embeddings of dimension {vectors.shape[1]}, query "
-                          f"encoder {system.query_encoder} gives {query_encoder.projection_dim}")
-    return Dense(blocks, config.top_k, query_encoder, tokenizer, vectors, config.question_length)
+    """The system's retriever, built by its class in `RETRIEVERS`."""
+    sources = Sources(store, blocks_ref, system.doc_embed, query_encoder, tokenizer, config.question_length)
+    return RETRIEVERS[system.retrieval].build(blocks, config.top_k, sources)
 
 
 def _check_reader_length(config: FinetuneConfig) -> None:
@@ -244,7 +236,8 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
 
-    if system.retrieval == "none":
+    kind = RETRIEVERS[system.retrieval]
+    if not kind.retrieves:
         raise ConfigError(f"{system.name}: a system that retrieves nothing has no span to learn from; "
                           "it is evaluated as it is")
     _check_reader_length(config)
@@ -264,7 +257,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     dev = load_questions(store, questions_ref, config.dataset, config.dev_split, config.dev_questions) \
         if config.eval_every else None
     query_encoder = None
-    if system.retrieval == "dense":
+    if kind.needs_query_encoder:
         assert system.query_encoder is not None
         query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=config.dropout)
     retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)

@@ -10,7 +10,9 @@ their softmax as p(z|x) (REALM §3.3's per-block form).
 | dense | query encoder vs frozen block embeddings   | inner product (query encoder trains) |
 | none  | nothing                                    | -                               |
 
-A new retriever is one class here and one line in `RETRIEVERS`.
+A new retriever is one class here (its `build` loads what it needs) and one line in `RETRIEVERS`;
+fine-tuning and evaluation only call `build`, `propose` and `logits`, and read the class's
+`retrieves` and `needs_query_encoder` flags.
 Shapes: B questions, K blocks, D embedding dim.
 """
 
@@ -27,6 +29,19 @@ from realm_core.retrieval.embed import pad_sequences
 
 
 @dataclass
+class Sources:
+    """What a retriever may build itself from: the artifact store, the blocks artifact, the
+    frozen document embeddings' config (dense), the query encoder and its tokenizer."""
+
+    store: Any = None
+    blocks_ref: Any = None
+    doc_embed: Any = None      # EmbedConfig of the frozen block embeddings
+    query_encoder: Any = None  # RetrieverEncoder
+    tokenizer: Any = None
+    question_length: int = 32
+
+
+@dataclass
 class Proposal:
     ids: np.ndarray     # (B, K) block ids
     scores: np.ndarray  # (B, K) the retriever's scores for them (float32)
@@ -37,9 +52,16 @@ class Retriever:
 
     name: ClassVar[str] = "none"
     trainable: ClassVar[bool] = False
+    retrieves: ClassVar[bool] = False      # proposes blocks at all
+    needs_query_encoder: ClassVar[bool] = False  # a (trainable) query encoder
 
     def __init__(self, blocks: BlockStore, top_k: int) -> None:
         self.blocks, self.top_k = blocks, top_k
+
+    @classmethod
+    def build(cls, blocks: BlockStore, top_k: int, sources: Sources) -> Retriever:
+        """The retriever over `blocks`, loading what it needs from `sources`."""
+        return cls(blocks, top_k)
 
     def propose(self, questions: list[QAQuestion]) -> Proposal:
         """(B, K) blocks per question, no gradient."""
@@ -56,6 +78,7 @@ class GoldPassage(Retriever):
     first, cheap phase of reader training (DPR's reader trains on gold passages too)."""
 
     name = "gold"
+    retrieves = True
 
     def propose(self, questions: list[QAQuestion]) -> Proposal:
         missing = [q.qid for q in questions if q.passage is None]
@@ -69,6 +92,7 @@ class BM25(Retriever):
     """bm25s over title + body (English stop words, Snowball stemmer); its scores are the logits."""
 
     name = "bm25"
+    retrieves = True
 
     def __init__(self, blocks: BlockStore, top_k: int) -> None:
         import bm25s
@@ -98,6 +122,8 @@ class Dense(Retriever):
 
     name = "dense"
     trainable = True
+    retrieves = True
+    needs_query_encoder = True
 
     def __init__(self, blocks: BlockStore, top_k: int, query_encoder: Any, tokenizer: Any,
                  block_vectors: np.ndarray, question_length: int) -> None:
@@ -108,6 +134,23 @@ class Dense(Retriever):
         self.index = MipsIndex.build(block_vectors.shape[1], "Flat")
         self.index.add(block_vectors, np.arange(len(block_vectors), dtype=np.int64))
         self.vectors = torch.from_numpy(np.ascontiguousarray(block_vectors, dtype=np.float32))  # (N, D)
+
+    @classmethod
+    def build(cls, blocks: BlockStore, top_k: int, sources: Sources) -> Retriever:
+        """The block embeddings of `sources.doc_embed` (computed through the cache if missing)."""
+        from pathlib import Path
+
+        from realm_core.errors import ConfigError
+        from realm_core.retrieval.embed import load_embeddings
+        from realm_core.retrieval.stage import run_embed_blocks
+
+        emb = sources.store.open(run_embed_blocks(sources.store, sources.blocks_ref, sources.doc_embed).ref,
+                                 kind="embeddings")
+        vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"], blocks.corpus_size)
+        if vectors.shape[1] != sources.query_encoder.projection_dim:
+            raise ConfigError(f"{emb.path}: block embeddings of dimension {vectors.shape[1]}, the query "
+                              f"encoder gives {sources.query_encoder.projection_dim}")
+        return cls(blocks, top_k, sources.query_encoder, sources.tokenizer, vectors, sources.question_length)
 
     def embed(self, questions: list[QAQuestion]) -> torch.Tensor:
         enc = self.tokenizer([q.question for q in questions], truncation=True, max_length=self.question_length,

@@ -117,5 +117,51 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, 
     assert any(predictions.glob("*.parquet"))
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
     assert r.returncode == 0 and "(cached)" in r.stdout, r.stdout
+    _search_and_ask(root, tmp_path)
     r = realm("evaluate", "--preset", "tiny", "--root", root, "--system", "t5", cwd=tmp_path)
     assert r.returncode == 2 and "expected one of none, bm25, ict, realm" in r.stderr
+
+
+def _search_and_ask(root: str, tmp_path: Path) -> None:
+    """The query side on the artifacts `realm evaluate` left: documented JSON fields, batch files
+    that round-trip, bad input exiting 2."""
+    tiny = ["--preset", "tiny", "--root", root]
+    r = realm("search", "Warsaw capital of the Polish-Lithuanian Commonwealth", "-k", "3", "--json",
+              "--retriever", "bm25", *tiny, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout)
+    assert found["retriever"] == "bm25" and [h["rank"] for h in found["hits"]] == [1, 2, 3]
+    assert set(found["hits"][0]) == {"rank", "block_id", "score", "title", "snippet"}
+    assert found["hits"][0]["title"] == "Warsaw" and found["hits"][0]["score"] >= found["hits"][1]["score"]
+    r = realm("ask", "What was Warsaw the capital of until 1796?", "--json", *tiny, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    # the evaluation above fit only BM25 + reader: it is the default, and the output says why
+    assert answer["system_key"] == "bm25" and "newest evaluation" in answer["system_choice"]
+    assert 0.0 <= answer["probability"] <= 1.0 and answer["block_id"] in answer["block_ids"]
+    text = answer["block_text"]
+    assert text[answer["char_start"]:answer["char_end"]] == answer["answer"]
+    batch = tmp_path / "questions.jsonl"
+    batch.write_text(json.dumps({"id": "q1", "question": "Who returned to Warsaw on 11 November?",
+                                 "answers": ["Piłsudski"]}) + "\nWhere is the Vistula?\n")
+    r = realm("ask", "--questions", str(batch), "--out", str(tmp_path / "pred.jsonl"), "--system", "bm25", *tiny,
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert [row["qid"] for row in rows] == ["q1", "2"] and rows[0]["answers"] == ["Piłsudski"]
+    assert isinstance(rows[0]["correct"], bool) and rows[1]["correct"] is None
+    assert {"question", "predicted", "score", "block_ids", "f1", "system"} <= set(rows[0])
+    r = realm("search", "--queries", str(batch), "--out", str(tmp_path / "hits.jsonl"), "-k", "2",
+              "--retriever", "bm25", *tiny, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    hits = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text().splitlines()]
+    assert [len(h["hits"]) for h in hits] == [2, 2]
+    for args, message in ((["search", ""], "empty query"), (["search", "x", "-k", "0"], "k=0"),
+                          (["search", "x" * 1001], "the limit is query.max_query_chars=1,000"),
+                          (["search", "x", "--retriever", "tfidf"], "retriever 'tfidf'"),
+                          (["search", "x"], "no index built yet"),  # evaluate built none: BM25 needs no index
+                          (["ask", "x", "--system", "t5"], "system 't5'"),
+                          (["ask", "--questions", str(batch)], "needs --out"),
+                          (["ask"], "give one question")):
+        r = realm(*args, *tiny, cwd=tmp_path)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)

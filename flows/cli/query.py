@@ -1,0 +1,173 @@
+"""`realm search` and `realm ask`: the query side, on the artifacts of the current config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from flows.cli.common import ConfigFile, Overrides, Preset, Root, app, errors, out, resolver
+from realm_core.errors import InputError, RealmError, unreadable_input
+
+Json = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
+
+
+def read_queries(path: Path) -> list[dict[str, Any]]:
+    """One query per line, or JSONL objects with a `question` (and optional `answers`/`answer`)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise unreadable_input(path, "a file of queries, one per line or JSONL with a 'question'", e) from None
+    items = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(path, "a JSON object", position=f"line {n}", found=e.msg) from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("question"), str):
+                raise InputError(path, "an object with a string 'question'", position=f"line {n}")
+            answers = obj.get("answers", obj.get("answer", []))
+            items.append({"qid": str(obj.get("id", obj.get("qid", n))), "question": obj["question"],
+                          "answers": [answers] if isinstance(answers, str) else list(answers)})
+        else:
+            items.append({"qid": str(n), "question": line.strip(), "answers": []})
+    if not items:
+        raise InputError(path, "at least one query", found="an empty file")
+    return items
+
+
+def _single_or_batch(text: str | None, batch: Path | None, out_file: Path | None, what: str) -> None:
+    if (text is None) == (batch is None):
+        raise RealmError(f"give one {what} as an argument, or a file of them with --{what}s FILE")
+    if batch is not None and out_file is None:
+        raise RealmError(f"--{what}s {batch} needs --out FILE for the results (JSONL)")
+
+
+@app.command()
+def search(query: Annotated[str | None, typer.Argument(help="the query")] = None,
+           retriever: Annotated[str, typer.Option(
+               help="index (the current index version, as refresh-index built it), bm25, ict (the warm "
+                    "start's encoders) or realm (REALM's encoders)")] = "index",
+           k: Annotated[int, typer.Option("-k", help="blocks to return")] = 10,
+           queries: Annotated[Path | None, typer.Option(
+               "--queries", help="many queries: one per line, or JSONL with 'question'")] = None,
+           out_file: Annotated[Path | None, typer.Option("--out", help="JSONL results of --queries")] = None,
+           json_out: Json = False, preset: Preset = "demo", config: ConfigFile = None,
+           overrides: Overrides = None, root: Root = None) -> None:
+    """The top-k [bold]blocks[/] for a query: rank, score, block id, title and a snippet. The index (default) and the dense retrievers embed the query with the query encoder that belongs to the document encoder of the blocks' vectors.
+
+    Examples: realm search "who wrote the origin of species" --retriever ict -k 5
+              realm search --queries questions.txt --out hits.jsonl --retriever bm25"""
+    from realm_core.query import QueryEngine
+
+    with errors():
+        _single_or_batch(query, queries, out_file, "query")
+        engine = QueryEngine(resolver(preset, config, overrides, root))
+        if queries is not None and out_file is not None:
+            items = read_queries(queries)
+            hits = engine.search([q["question"] for q in items], retriever, k)
+            with out_file.open("w", encoding="utf-8") as f:
+                for item, found in zip(items, hits, strict=True):
+                    f.write(json.dumps({"qid": item["qid"], "query": item["question"], "retriever": retriever,
+                                        "hits": [asdict(h) for h in found]}) + "\n")
+            out.print(f"{len(items):,} queries -> {out_file}")
+            return
+        assert query is not None
+        found = engine.search([query], retriever, k)[0]
+        if json_out:
+            out.print_json(json.dumps({"query": query, "retriever": retriever, "k": k,
+                                       "hits": [asdict(h) for h in found]}))
+            return
+        table = Table(title=f"{retriever}: {query}")
+        for col in ("rank", "score", "block", "title", "snippet"):
+            table.add_column(col, overflow="fold")
+        for h in found:
+            table.add_row(str(h.rank), f"{h.score:.3f}", str(h.block_id), h.title, h.snippet)
+        out.print(table)
+
+
+def prediction_row(item: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """An `openqa_predictions` row (correct and F1 when the input gave answers)."""
+    from realm_core.answers import exact_match, f1_score
+
+    answers = item["answers"]
+    return {"dataset": "ask", "split": None, "system": answer.system, "qid": item["qid"],
+            "question": answer.question, "answers": answers, "predicted": answer.answer,
+            "score": answer.probability, "correct": exact_match(answer.answer, answers) if answers else None,
+            "answer_retrieved": None, "answerable": None, "block_ids": answer.block_ids,
+            "answer_rank": None, "answer_read": None, "f1": f1_score(answer.answer, answers) if answers else None,
+            "block_id": answer.block_id, "char_start": answer.char_start, "char_end": answer.char_end}
+
+
+@app.command()
+def ask(question: Annotated[str | None, typer.Argument(help="the question")] = None,
+        system: Annotated[str | None, typer.Option(
+            help="bm25, ict or realm [default: the best by SQuAD-open dev EM in the newest evaluation, "
+                 "else bm25]")] = None,
+        questions: Annotated[Path | None, typer.Option(
+            "--questions", help="many questions: one per line, or JSONL with 'question' (and 'answers')")] = None,
+        out_file: Annotated[Path | None, typer.Option("--out", help="JSONL predictions of --questions")] = None,
+        json_out: Json = False, preset: Preset = "demo", config: ConfigFile = None,
+        overrides: Overrides = None, root: Root = None) -> None:
+    """The [bold]answer[/] of a fine-tuned open-QA system: the string, its probability, the block it was read from (title, id, character offsets in the block's text) and the next candidates. Fine-tunes the system first if it is not cached.
+
+    Examples: realm ask "what does the kidney filter" --system bm25
+              realm ask --questions my_questions.jsonl --out predictions.jsonl"""
+    from realm_core.query import QueryEngine
+
+    with errors():
+        _single_or_batch(question, questions, out_file, "question")
+        engine = QueryEngine(resolver(preset, config, overrides, root))
+        key, why = (system, f"asked for with --system {system}") if system else engine.default_system()
+        if questions is not None and out_file is not None:
+            items = read_queries(questions)
+            answers = engine.ask([q["question"] for q in items], key)
+            with out_file.open("w", encoding="utf-8") as f:
+                for item, a in zip(items, answers, strict=True):
+                    f.write(json.dumps(prediction_row(item, a)) + "\n")
+            out.print(f"{len(items):,} questions answered by {why} -> {out_file}")
+            return
+        assert question is not None
+        a = engine.ask([question], key)[0]
+        if json_out:
+            out.print_json(json.dumps(asdict(a) | {"system_key": key, "system_choice": why}))
+            return
+        out.print(f"system: {why}")
+        out.print(f"answer: {a.answer or '(none)'}   p = {a.probability:.3f}")
+        if a.block_id is not None and a.block_text is not None:
+            out.print(f"from block {a.block_id} ({a.title}), characters {a.char_start}-{a.char_end}:")
+            lo, hi = max(0, a.char_start - 160), min(len(a.block_text), a.char_end + 160)
+            out.print(f"  ...{a.block_text[lo:a.char_start]}[{a.block_text[a.char_start:a.char_end]}]"
+                      f"{a.block_text[a.char_end:hi]}...")
+        for c in a.candidates:
+            out.print(f"  also: {c['answer']}   p = {c['probability']:.3f}")
+
+
+@app.command("serve-qa")
+def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+             host: Annotated[str, typer.Option(help="address to listen on; anything but loopback exposes "
+                                                    "the service to the network")] = "127.0.0.1",
+             preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
+             root: Root = None) -> None:
+    """A local [bold]QA service[/] on the current artifacts: GET /search?q=&k=, /ask?q=&system=, /healthz, and a page at / to ask and read the evidence. Models load once; a new index version (the nightly refresh-index) is picked up without a restart.
+
+    Example: realm serve-qa --port 8000, then open http://127.0.0.1:8000/"""
+    import uvicorn
+
+    from flows.qa_service import create_app
+    from realm_core.query import QueryEngine
+
+    with errors():
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            out.print(f"warning: listening on {host}: anyone who can reach this machine can query the service")
+        engine = QueryEngine(resolver(preset, config, overrides, root))
+        engine.blocks  # noqa: B018  (load the blocks before the first request)
+        out.print(f"realm QA service on http://{host}:{port}/ (artifacts: {engine.stages.store.root})")
+        uvicorn.run(create_app(engine), host=host, port=port, log_level="warning")

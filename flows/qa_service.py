@@ -1,0 +1,79 @@
+"""`realm serve-qa`: a local HTTP service over the query side (realm_core/query.py).
+
+GET /search?q=&k=&retriever=   the top-k blocks (default: the current index version)
+GET /ask?q=&system=            a fine-tuned system's answer, its block and offsets
+GET /healthz                   the index version served, the artifact root, uptime
+GET /                          one page (no build step, no CDN) to ask and read the evidence
+
+Models load once and stay loaded. One model call runs at a time (a lock: torch already uses
+every core for one call on a small machine, so parallel calls would only queue inside torch);
+requests wait their turn rather than fail. Each request checks `index/CURRENT`: when the nightly
+refresh-index has moved it on, the new version is loaded and swapped in; a request already
+searching keeps the old one to its end. Bad input is a 4xx with a JSON `error`, never a 500.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from realm_core.errors import RealmError
+from realm_core.query import QueryEngine
+
+PAGE = Path(__file__).with_name("qa_page.html")
+
+
+def create_app(engine: QueryEngine) -> FastAPI:
+    app = FastAPI(title="realm", description="search and ask over the current REALM artifacts")
+    lock = threading.Lock()
+    started = time.time()
+
+    @app.exception_handler(RealmError)
+    def bad_request(_: Request, e: RealmError) -> JSONResponse:
+        status = 404 if "no index built yet" in str(e) else 400
+        return JSONResponse({"error": str(e)}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    def bad_parameter(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        from realm_core.retrieval.versions import current_step
+
+        return {"status": "ok", "index_version": current_step(engine.stages.store),
+                "artifact_root": str(engine.stages.store.root), "preset": engine.cfg.preset,
+                "loaded": sorted(engine.loaded_models()), "uptime_s": round(time.time() - started, 1)}
+
+    @app.get("/search")
+    def search(q: str = "", k: int = Query(10), retriever: str = "index") -> dict[str, Any]:
+        with lock:
+            hits = engine.search([q], retriever, k)[0]
+            version = engine.current_index().step if retriever == "index" else None
+        return {"query": q, "retriever": retriever, "k": k, "index_version": version,
+                "hits": [asdict(h) for h in hits]}
+
+    @app.get("/ask")
+    def ask(q: str = "", system: str | None = None) -> dict[str, Any]:
+        with lock:
+            key, why = (system, "asked for") if system else engine.default_system()
+            answer = engine.ask([q], key)[0]
+        snippet = engine.cfg.query.snippet_chars
+        read = [{"block_id": z, "title": engine.blocks.titles[z], "snippet": engine.blocks.texts[z][:snippet]}
+                for z in answer.block_ids]
+        return asdict(answer) | {"system_key": key, "system_choice": why, "blocks": read}
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> str:
+        return PAGE.read_text(encoding="utf-8")
+
+    return app

@@ -1,0 +1,256 @@
+"""The query side: search the blocks with a retriever, or ask a fine-tuned open-QA system.
+
+`QueryEngine` resolves what it needs through the stage graph (the blocks, a retriever's
+encoders, a system's fine-tuned reader: cache hits after `make demo`) and keeps each loaded model
+for the next query. A dense search embeds the query with the retriever's query encoder against
+the block embeddings of its document encoder (the ones its index holds); `ask` reads the top-k
+blocks with the system's fine-tuned span reader in the form and retrieval temperature that the
+newest evaluation chose on dev, or the training ones when there is no evaluation yet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from realm_core.artifacts import ArtifactRef
+from realm_core.errors import QueryError
+from realm_core.graph import Resolver, qa_keys, qa_system
+from realm_core.openqa.finetune import Prediction, predict
+from realm_core.openqa.reading import BlockStore, QAQuestion
+from realm_core.openqa.retrievers import BM25, RETRIEVERS, Proposal, Retriever, Sources
+
+SEARCHERS = ("index", "bm25", "ict", "realm")
+ASKABLE = ("bm25", "ict", "realm")
+
+
+@dataclass
+class Hit:
+    rank: int
+    block_id: int
+    score: float
+    title: str
+    snippet: str
+
+
+@dataclass
+class Answer:
+    question: str
+    system: str
+    answer: str
+    probability: float
+    block_id: int | None
+    title: str | None
+    char_start: int
+    char_end: int
+    block_text: str | None
+    block_ids: list[int]
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check_query(text: str, limit: int, what: str = "query") -> str:
+    """The query stripped; an empty or over-long one is a `QueryError`."""
+    stripped = text.strip()
+    if not stripped:
+        raise QueryError(f"empty {what}: expected some text")
+    if len(stripped) > limit:
+        raise QueryError(f"{what} of {len(stripped):,} characters: the limit is query.max_query_chars={limit:,}")
+    return stripped
+
+
+class CurrentIndex(Retriever):
+    """The index version `index/CURRENT` names (what the nightly refresh-index moves forward),
+    queried with the query encoder that belongs to its document encoder (the sibling
+    `query_encoder/` of the retriever or REALM model; an untrained bundled encoder is shared)."""
+
+    name = "index"
+    retrieves = True
+
+    def __init__(self, blocks: BlockStore, top_k: int, store: Any, tokenizer: Any, question_length: int) -> None:
+        from pathlib import Path
+
+        from realm_core.retrieval.encoders import RetrieverEncoder
+        from realm_core.retrieval.versions import current_step, load_index
+
+        super().__init__(blocks, top_k)
+        self.step = current_step(store)
+        if self.step is None:
+            raise QueryError(f"{Path(store.root) / 'index'}: no index built yet (run `realm refresh-index`)")
+        self.index, art = load_index(store, self.step)
+        doc = str(art.manifest["encoder_checkpoint"])
+        sibling = Path(doc).parent / "query_encoder"
+        self.encoder_dir = str(sibling) if doc.endswith("doc_encoder") and sibling.is_dir() else doc
+        self.query_encoder = RetrieverEncoder.from_pretrained(self.encoder_dir).eval()
+        self.tokenizer, self.question_length = tokenizer, question_length
+
+    def propose(self, questions: list[QAQuestion]) -> Proposal:
+        import numpy as np
+        import torch
+
+        from realm_core.retrieval.embed import pad_sequences
+
+        enc = self.tokenizer([q.question for q in questions], truncation=True, max_length=self.question_length,
+                             return_attention_mask=False)["input_ids"]
+        ids, mask = pad_sequences(enc, self.tokenizer.pad_token_id)
+        with torch.inference_mode():
+            q = self.query_encoder(ids, mask).float().numpy()  # (B, D)
+        scores, block_ids = self.index.search(q, self.top_k)
+        return Proposal(np.asarray(block_ids, dtype=np.int64), np.asarray(scores, dtype=np.float32))
+
+
+class QueryEngine:
+    def __init__(self, stages: Resolver) -> None:
+        self.stages, self.cfg = stages, stages.cfg
+        self._blocks: BlockStore | None = None
+        self._loaded: dict[str, Any] = {}
+
+    @property
+    def tokenizer(self) -> Any:
+        from realm_core.bert import load_tokenizer
+
+        if "tokenizer" not in self._loaded:
+            self._loaded["tokenizer"] = load_tokenizer(self.cfg.pretrain.reader_encoder)
+        return self._loaded["tokenizer"]
+
+    @property
+    def blocks(self) -> BlockStore:
+        if self._blocks is None:
+            table = self.stages.store.open(self.stages.ref("chunk"), kind="blocks").read_table("blocks", ["title", "text"])
+            self._blocks = BlockStore(table.column("title").to_pylist(), table.column("text").to_pylist(),
+                                      self.tokenizer)
+        return self._blocks
+
+    def _refs(self, key: str) -> dict[str, ArtifactRef | None]:
+        needs = {"bm25": (), "ict": ("ict",), "realm": ("ict", "pretrain")}[key]
+        refs: dict[str, ArtifactRef | None] = {n: self.stages.ref(n) for n in needs}
+        if self.cfg.finetune.reader_start == "reader_mlm":
+            refs["reader_mlm"] = self.stages.run("reader_mlm").ref
+        return refs
+
+    def _dense(self, key: str, query_encoder_dir: str) -> Retriever:
+        from realm_core.retrieval.encoders import RetrieverEncoder
+
+        system = qa_system(self.cfg, self._refs(key), key)
+        encoder = RetrieverEncoder.from_pretrained(query_encoder_dir).eval()
+        sources = Sources(self.stages.store, self.stages.ref("chunk"), system.doc_embed, encoder, self.tokenizer,
+                          self.cfg.finetune.question_length)
+        return RETRIEVERS["dense"].build(self.blocks, self.cfg.query.max_k, sources)
+
+    def loaded_models(self) -> list[str]:
+        """What is loaded so far: searchers (`search:NAME`) and askable systems."""
+        return [k for k in self._loaded if k != "tokenizer"]
+
+    def current_index(self) -> CurrentIndex:
+        """The current index version, reloaded when `index/CURRENT` has moved on: a new object
+        replaces the old one, so a search holding the old one finishes on it."""
+        from realm_core.retrieval.versions import current_step
+
+        loaded: CurrentIndex | None = self._loaded.get("search:index")
+        if loaded is None or current_step(self.stages.store) != loaded.step:
+            loaded = CurrentIndex(self.blocks, self.cfg.query.max_k, self.stages.store, self.tokenizer,
+                                  self.cfg.finetune.question_length)
+            self._loaded["search:index"] = loaded
+        return loaded
+
+    def searcher(self, name: str) -> Retriever:
+        """The current index, BM25, or a dense retriever with the warm start's (ict) or REALM's
+        (realm) encoders over their own block embeddings."""
+        if name not in SEARCHERS:
+            raise QueryError(f"retriever {name!r}: expected one of {', '.join(SEARCHERS)}")
+        if name == "index":
+            return self.current_index()
+        if f"search:{name}" not in self._loaded:
+            if name == "bm25":
+                self._loaded["search:bm25"] = BM25(self.blocks, self.cfg.query.max_k)
+            else:
+                system = qa_system(self.cfg, self._refs(name), name)
+                assert system.query_encoder is not None
+                self._loaded[f"search:{name}"] = self._dense(name, system.query_encoder)
+        retriever: Retriever = self._loaded[f"search:{name}"]
+        return retriever
+
+    def search(self, queries: list[str], retriever: str = "index", k: int = 10) -> list[list[Hit]]:
+        """The top-k blocks of each query, best first, with the retriever's own scores."""
+        if not 1 <= k <= self.cfg.query.max_k:
+            raise QueryError(f"k={k}: expected 1 to query.max_k={self.cfg.query.max_k}")
+        texts = [check_query(q, self.cfg.query.max_query_chars) for q in queries]
+        searcher = self.searcher(retriever)
+        proposal = searcher.propose([QAQuestion(str(i), t, ()) for i, t in enumerate(texts)])
+        snippet = self.cfg.query.snippet_chars
+        out = []
+        for ids, scores in zip(proposal.ids[:, :k], proposal.scores[:, :k], strict=True):
+            out.append([Hit(r + 1, int(z), float(s), self.blocks.titles[int(z)], self.blocks.texts[int(z)][:snippet])
+                        for r, (z, s) in enumerate(zip(ids, scores, strict=True)) if z >= 0])
+        return out
+
+    def default_system(self) -> tuple[str, str]:
+        """(system key, why): the best system by SQuAD-open dev EM in the newest evaluation, or
+        BM25 + reader when none exists."""
+        from realm_core.openqa.finetune_stage import SYSTEM_NAMES
+
+        newest = self._newest_evaluation()
+        if newest is not None:
+            by_name = {v: k for k, v in SYSTEM_NAMES.items()}
+            fitted = {by_name[n]: t["dev_em"] for n, t in newest["temperatures"].items() if n in by_name}
+            scores = {k: max(v.values()) for k, v in fitted.items() if k in ASKABLE and k in qa_keys(self.cfg)}
+            if scores:
+                best = max(scores, key=lambda k: scores[k])
+                return best, (f"{SYSTEM_NAMES[best]}: the best by dev EM ({100 * scores[best]:.1f}) in the newest "
+                              f"evaluation, {newest['path']}")
+        return "bm25", "BM25 + reader: no open-QA evaluation in this artifact root yet"
+
+    def _newest_evaluation(self) -> dict[str, Any] | None:
+        store = self.stages.store
+        found = []
+        for manifest in store.fs.glob(f"{store.root}/openqa_eval/*/manifest.json"):
+            art = store.open(manifest.rsplit("/", 1)[0])
+            found.append((str(art.manifest.get("created_at", "")), art.path, art.manifest))
+        if not found:
+            return None
+        created, path, manifest = max(found)
+        return {"path": path, "temperatures": manifest.get("temperatures", {})}
+
+    def _system(self, key: str) -> tuple[Any, Retriever, str, float | None]:
+        """(models, retriever, form, temperature) of system `key`'s fine-tuned reader."""
+        from realm_core.openqa.finetune import QAModels
+        from realm_core.openqa.span_reader import SpanReader
+
+        if key not in self._loaded:
+            if key not in ASKABLE:
+                raise QueryError(f"system {key!r}: expected one of {', '.join(ASKABLE)}")
+            system = qa_system(self.cfg, self._refs(key), key)
+            model = self.stages.ref(f"finetune_{key}")
+            reader = SpanReader.from_pretrained(f"{model.path}/reader", self.cfg.finetune.max_span_length)
+            if RETRIEVERS[system.retrieval].needs_query_encoder:
+                retriever = self._dense(key, f"{model.path}/query_encoder")
+            else:
+                retriever = RETRIEVERS[system.retrieval](self.blocks, self.cfg.finetune.top_k)
+            retriever.top_k = self.cfg.finetune.top_k
+            form, temperature = self.cfg.finetune.form, self.cfg.finetune.train_temperature(retriever.name)
+            newest = self._newest_evaluation()
+            if newest is not None and (fit := newest["temperatures"].get(system.name)) is not None:
+                form, temperature = fit["form"], fit["temperature"]
+            self._loaded[key] = (QAModels(reader, getattr(retriever, "query_encoder", None)), retriever, form,
+                                 temperature, system.name)
+        models, retriever, form, temperature, _ = self._loaded[key]
+        return models, retriever, form, temperature
+
+    def ask(self, questions: list[str], system: str) -> list[Answer]:
+        """Each question's answer by `system`'s fine-tuned reader over its top-k blocks."""
+        texts = [check_query(q, self.cfg.query.max_query_chars, "question") for q in questions]
+        models, retriever, form, temperature = self._system(system)
+        config = self.cfg.finetune.model_copy(update={"form": form})
+        qs = [QAQuestion(str(i), t, ()) for i, t in enumerate(texts)]
+        preds: list[Prediction] = predict(models, retriever, qs, self.blocks, self.tokenizer, config,
+                                          self.cfg.openqa_eval.answer_candidates, self.cfg.openqa_eval.batch_size,
+                                          temperatures=(temperature,))[temperature]
+        name = self._loaded[system][4]
+        out = []
+        for text, p in zip(texts, preds, strict=True):
+            z = p.block
+            out.append(Answer(text, name, p.answer, p.score if math.isfinite(p.score) else 0.0, z,
+                              self.blocks.titles[z] if z is not None else None, p.char_start, p.char_end,
+                              self.blocks.texts[z] if z is not None else None, p.block_ids,
+                              [{"answer": a, "probability": s} for a, s in p.candidates]))
+        return out

@@ -1,0 +1,113 @@
+"""`realm serve-qa`'s HTTP API through FastAPI's TestClient on the tiny preset's artifacts: every
+endpoint, every bad input as a 4xx with a JSON error, and an index swap under a stream of
+requests."""
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flows.qa_service import create_app
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import load_config
+from realm_core.graph import Resolver
+from realm_core.query import QueryEngine
+
+pytestmark = pytest.mark.slow
+UNTRAINED = ["embed.encoder_from=config"]  # the first index: the bundled encoder as it is (step 0)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> str:
+    root = str(tmp_path_factory.mktemp("qa") / "art")
+    stages = Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(root))
+    stages.run("finetune_bm25")
+    stages.run("index")
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(root: str) -> Iterator[TestClient]:
+    engine = QueryEngine(Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(root)))
+    with TestClient(create_app(engine), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_health_search_and_ask(client: TestClient) -> None:
+    health = client.get("/healthz").json()
+    assert health["status"] == "ok" and health["index_version"] == 0 and health["uptime_s"] >= 0
+    r = client.get("/search", params={"q": "Warsaw capital Polish-Lithuanian Commonwealth", "k": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["retriever"] == "index" and body["index_version"] == 0 and len(body["hits"]) == 3
+    assert set(body["hits"][0]) == {"rank", "block_id", "score", "title", "snippet"}
+    bm25 = client.get("/search", params={"q": "Warsaw capital Polish-Lithuanian Commonwealth", "k": 3,
+                                         "retriever": "bm25"}).json()
+    assert bm25["hits"][0]["title"] == "Warsaw"
+    r = client.get("/ask", params={"q": "What was Warsaw the capital of until 1796?"})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    assert a["system_key"] == "bm25" and "no open-QA evaluation" in a["system_choice"]
+    assert a["block_text"][a["char_start"]:a["char_end"]] == a["answer"]
+    assert [b["block_id"] for b in a["blocks"]] == a["block_ids"] and a["block_id"] in a["block_ids"]
+    assert "search:index" in client.get("/healthz").json()["loaded"]
+
+
+def test_the_page_is_served_whole(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert 'id="q"' in r.text and "/ask?q=" in r.text and "http" not in r.text.replace("http://127", "")
+
+
+@pytest.mark.parametrize(("path", "params", "status", "message"), [
+    ("/search", {"q": ""}, 400, "empty query"),
+    ("/search", {"q": "x" * 1001}, 400, "max_query_chars"),
+    ("/search", {"q": "x", "k": 0}, 400, "k=0"),
+    ("/search", {"q": "x", "k": 101}, 400, "k=101"),
+    ("/search", {"q": "x", "k": "ten"}, 422, "query.k"),
+    ("/search", {"q": "x", "retriever": "tfidf"}, 400, "retriever 'tfidf'"),
+    ("/ask", {"q": " "}, 400, "empty question"),
+    ("/ask", {"q": "x", "system": "t5"}, 400, "system 't5'"),
+])
+def test_bad_input_is_a_4xx_with_a_json_error(client: TestClient, path: str, params: dict[str, object],
+                                             status: int, message: str) -> None:
+    r = client.get(path, params=params)
+    assert r.status_code == status and message in r.json()["error"], r.text
+
+
+def test_no_index_yet_is_a_404_not_a_500(tmp_path: Path, shared_data: Path) -> None:
+    engine = QueryEngine(Resolver(load_config("tiny"), ArtifactStore(str(tmp_path / "empty"))))
+    with TestClient(create_app(engine), raise_server_exceptions=False) as c:
+        r = c.get("/search", params={"q": "Warsaw"})
+        assert r.status_code == 404 and "no index built yet" in r.json()["error"]
+        assert c.get("/healthz").json()["index_version"] is None
+
+
+def test_a_new_index_version_is_swapped_in_while_requests_stream(client: TestClient, root: str) -> None:
+    """The nightly refresh-index moves CURRENT on (the ICT encoder: step 4) while a client keeps
+    searching: no request fails, and the version served moves forward without a restart."""
+    statuses: list[int] = []
+    versions: list[int] = []
+    done = threading.Event()
+
+    def stream() -> None:
+        while not done.is_set():
+            r = client.get("/search", params={"q": "Normans in Italy", "k": 2})
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                versions.append(r.json()["index_version"])
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    try:
+        Resolver(load_config("tiny"), ArtifactStore(root)).run("index")  # trains ICT (4 steps), builds v4
+    finally:
+        done.set()
+        worker.join(timeout=120)
+    client.get("/search", params={"q": "Normans", "k": 1})
+    assert statuses and set(statuses) == {200}
+    assert client.get("/healthz").json()["index_version"] == 4
+    assert client.get("/search", params={"q": "Normans", "k": 1}).json()["index_version"] == 4
+    assert versions == sorted(versions) and versions[0] == 0
