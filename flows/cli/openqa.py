@@ -31,8 +31,13 @@ Systems = Annotated[list[str] | None, typer.Option(
 
 
 def system_overrides(overrides: list[str] | None, systems: list[str] | None) -> list[str]:
-    """--set items plus --system as openqa_eval.systems (an unknown name fails in the config)."""
-    return list(overrides or []) + ([f"openqa_eval.systems={json.dumps(list(systems))}"] if systems else [])
+    """--set items plus --system as openqa_eval.systems (an unknown name is an error naming the
+    known ones)."""
+    from realm_core.openqa.finetune_stage import check_system_keys
+
+    if not systems:
+        return list(overrides or [])
+    return list(overrides or []) + [f"openqa_eval.systems={json.dumps(check_system_keys(list(systems)))}"]
 
 
 @app.command()
@@ -66,8 +71,10 @@ def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         stages = resolver(preset, config, sets, root)
         targets = [f"finetune_{k}" for k in qa_keys(stages.cfg) if k != "none"]
         stages.force = set(targets) if force else set()
+        from realm_core.openqa.finetune_stage import SYSTEM_NAMES
+
         for name in targets:
-            report(f"fine-tuned {name.removeprefix('finetune_')}", stages.run(name))
+            report(f"fine-tuned {SYSTEM_NAMES[name.removeprefix('finetune_')]}", stages.run(name))
         close_process_group(stages.cfg.finetune.device)
 
 
@@ -81,6 +88,11 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         stages = resolver(preset, config, system_overrides(overrides, system), root,
                           force=["openqa_eval"] if force else [])
         run = stages.run("openqa_eval")
+        from realm_core.openqa.finetune_stage import SYSTEM_NAMES
+
+        for name, upstream in stages.runs.items():
+            if name.startswith("finetune_"):
+                report(f"fine-tuned {SYSTEM_NAMES[name.removeprefix('finetune_')]}", upstream)
         report("open-QA evaluation", run)
         out.print(run.report)
         assert run.ref is not None
