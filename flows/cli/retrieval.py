@@ -72,6 +72,7 @@ def evaluate_retrieval(preset: Preset = "demo", config: ConfigFile = None, overr
     with errors():
         stages = resolver(preset, config, overrides, root, force=["retrieval_eval"] if force else [])
         run = stages.run("retrieval_eval")
+        report("retrieval evaluation", run)
         out.print(run.report)
         assert run.ref is not None
         manifest = stages.store.open(run.ref).manifest
