@@ -24,7 +24,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from realm_core.errors import RealmError
+from realm_core.errors import MissingIndexError, RealmError
 from realm_core.query import QueryEngine
 
 PAGE = Path(__file__).with_name("qa_page.html")
@@ -37,7 +37,7 @@ def create_app(engine: QueryEngine) -> FastAPI:
 
     @app.exception_handler(RealmError)
     def bad_request(_: Request, e: RealmError) -> JSONResponse:
-        status = 404 if "no index built yet" in str(e) else 400
+        status = 404 if isinstance(e, MissingIndexError) else 400
         return JSONResponse({"error": str(e)}, status_code=status)
 
     @app.exception_handler(RequestValidationError)

@@ -35,6 +35,10 @@ class QueryError(RealmError):
     """A query is empty or too long, asks for too many blocks, or names an unknown system."""
 
 
+class MissingIndexError(QueryError):
+    """A search of the current index before any index version was built."""
+
+
 def unreadable_input(path: object, expected: str, error: OSError) -> InputError:
     """The one place an OS error on a user's input file becomes an InputError: the file, what
     the stage expected there, and the cause in words (no traceback)."""

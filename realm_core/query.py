@@ -10,16 +10,24 @@ newest evaluation chose on dev, or the training ones when there is no evaluation
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef
-from realm_core.errors import QueryError
-from realm_core.graph import Resolver, qa_keys, qa_system
+from realm_core.errors import MissingIndexError, QueryError
+from realm_core.graph import Resolver, qa_keys, qa_system, stage
 from realm_core.openqa.finetune import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.retrievers import BM25, RETRIEVERS, Proposal, Retriever, Sources
+from realm_core.openqa.retrievers import (
+    BM25,
+    RETRIEVERS,
+    Proposal,
+    Retriever,
+    Sources,
+    embed_questions,
+)
 
 SEARCHERS = ("index", "bm25", "ict", "realm")
 ASKABLE = ("bm25", "ict", "realm")
@@ -76,7 +84,7 @@ class CurrentIndex(Retriever):
         super().__init__(blocks, top_k)
         self.step = current_step(store)
         if self.step is None:
-            raise QueryError(f"{Path(store.root) / 'index'}: no index built yet (run `realm refresh-index`)")
+            raise MissingIndexError(f"{Path(store.root) / 'index'}: no index built yet (run `realm refresh-index`)")
         self.index, art = load_index(store, self.step)
         doc = str(art.manifest["encoder_checkpoint"])
         sibling = Path(doc).parent / "query_encoder"
@@ -88,13 +96,9 @@ class CurrentIndex(Retriever):
         import numpy as np
         import torch
 
-        from realm_core.retrieval.embed import pad_sequences
-
-        enc = self.tokenizer([q.question for q in questions], truncation=True, max_length=self.question_length,
-                             return_attention_mask=False)["input_ids"]
-        ids, mask = pad_sequences(enc, self.tokenizer.pad_token_id)
         with torch.inference_mode():
-            q = self.query_encoder(ids, mask).float().numpy()  # (B, D)
+            q = embed_questions(self.query_encoder, self.tokenizer, [x.question for x in questions],
+                                self.question_length).cpu().numpy()  # (B, D)
         scores, block_ids = self.index.search(q, self.top_k)
         return Proposal(np.asarray(block_ids, dtype=np.int64), np.asarray(scores, dtype=np.float32))
 
@@ -110,7 +114,9 @@ class QueryEngine:
         from realm_core.bert import load_tokenizer
 
         if "tokenizer" not in self._loaded:
-            self._loaded["tokenizer"] = load_tokenizer(self.cfg.pretrain.reader_encoder)
+            # its own copy: a fast tokenizer's truncation state changes with each call, and the
+            # cached shared one may be in use by other work in this process (a refresh, training)
+            self._loaded["tokenizer"] = copy.deepcopy(load_tokenizer(self.cfg.pretrain.reader_encoder))
         return self._loaded["tokenizer"]
 
     @property
@@ -122,11 +128,9 @@ class QueryEngine:
         return self._blocks
 
     def _refs(self, key: str) -> dict[str, ArtifactRef | None]:
-        needs = {"bm25": (), "ict": ("ict",), "realm": ("ict", "pretrain")}[key]
-        refs: dict[str, ArtifactRef | None] = {n: self.stages.ref(n) for n in needs}
-        if self.cfg.finetune.reader_start == "reader_mlm":
-            refs["reader_mlm"] = self.stages.run("reader_mlm").ref
-        return refs
+        """The refs system `key` is built from: its fine-tuning stage's upstream in the graph."""
+        needs = [u for u in stage(f"finetune_{key}").upstream(self.cfg) if u not in ("chunk", "questions")]
+        return {n: self.stages.run(n).ref for n in needs}
 
     def _dense(self, key: str, query_encoder_dir: str) -> Retriever:
         from realm_core.retrieval.encoders import RetrieverEncoder

@@ -116,6 +116,15 @@ class BM25(Retriever):
         return Proposal(np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float32))
 
 
+def embed_questions(query_encoder: Any, tokenizer: Any, texts: list[str], max_length: int) -> torch.Tensor:
+    """(B, D) query embeddings of `texts`, cut to `max_length` wordpieces."""
+    enc = tokenizer(texts, truncation=True, max_length=max_length, return_attention_mask=False)["input_ids"]
+    ids, mask = pad_sequences(enc, tokenizer.pad_token_id)
+    device = next(query_encoder.parameters()).device
+    out: torch.Tensor = query_encoder(ids.to(device), mask.to(device)).float()
+    return out
+
+
 class Dense(Retriever):
     """The query encoder against the frozen block embeddings (faiss flat inner product); the
     logits are recomputed with the current query encoder, so it learns without re-embedding."""
@@ -153,12 +162,8 @@ class Dense(Retriever):
         return cls(blocks, top_k, sources.query_encoder, sources.tokenizer, vectors, sources.question_length)
 
     def embed(self, questions: list[QAQuestion]) -> torch.Tensor:
-        enc = self.tokenizer([q.question for q in questions], truncation=True, max_length=self.question_length,
-                             return_attention_mask=False)["input_ids"]
-        ids, mask = pad_sequences(enc, self.tokenizer.pad_token_id)
-        device = next(self.query_encoder.parameters()).device
-        out: torch.Tensor = self.query_encoder(ids.to(device), mask.to(device)).float()  # (B, D)
-        return out
+        return embed_questions(self.query_encoder, self.tokenizer, [q.question for q in questions],
+                               self.question_length)
 
     def propose(self, questions: list[QAQuestion]) -> Proposal:
         with torch.no_grad():
