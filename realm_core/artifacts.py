@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import fsspec
 import pyarrow as pa
@@ -434,3 +434,71 @@ class ArtifactStore:
             if p.is_file() and p.name != MANIFEST:
                 self.fs.put_file(str(p), f"{final}/{p.relative_to(tmp).as_posix()}")
         self.fs.put_file(str(tmp / MANIFEST), f"{final}/{MANIFEST}")  # published last
+
+
+class Configured(Protocol):
+    """What a stage config offers the cache (every `StageConfig` does)."""
+
+    def config_hash(self) -> str: ...
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+@dataclass
+class CachedStage:
+    """One stage run through the cache, the only path every cached stage takes: the key from
+    the config hash and the inputs' hashes (the stage's code hash among them); a lookup; on a
+    miss one write into a run-scoped temp directory published by one rename; the result read
+    back from the published manifest. The runner writes its tables, files, `stats` and optional
+    `report` (markdown) through `write()`; a hit returns the same stats and report.
+
+        cache = CachedStage(store, "blocks", config, {"documents": ref.content_hash, "code": ...}, force)
+        if cache.hit:
+            return cache.hit
+        ...                      # the work
+        with cache.write() as out:
+            out.table("blocks").write(rows)
+            out.extra_manifest["stats"] = stats
+        return cache.result()
+    """
+
+    store: ArtifactStore
+    kind: str
+    config: Configured | Mapping[str, Any]  # a stage config, or the part of one a stage reads
+    inputs: Mapping[str, str]
+    force: bool = False
+    config_hash: str = field(init=False)
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.config_hash = (artifact_key(json.dumps(self.config, sort_keys=True), {})
+                            if isinstance(self.config, Mapping) else self.config.config_hash())
+        self.key = artifact_key(self.config_hash, self.inputs)
+
+    def _config_dump(self) -> dict[str, Any]:
+        return dict(self.config) if isinstance(self.config, Mapping) else self.config.model_dump(mode="json")
+
+    @property
+    def hit(self) -> StageResult | None:
+        """The published artifact of this key (None on a miss, or always when forced)."""
+        found = None if self.force else self.store.lookup(self.kind, self.key)
+        return None if found is None else self._result(found, cached=True)
+
+    @contextmanager
+    def write(self) -> Iterator[ArtifactWriter]:
+        with self.store.write(self.kind, self.key, config=self._config_dump(),
+                              config_hash=self.config_hash, inputs=self.inputs, replace=self.force) as out:
+            yield out
+            if "stats" not in out.extra_manifest:
+                raise ArtifactError(f"{self.kind}/{self.key}: the stage wrote no stats")
+
+    def result(self) -> StageResult:
+        """The artifact just published under this key (by this process or, on a rank other than
+        0, by rank 0)."""
+        found = self.store.lookup(self.kind, self.key)
+        if found is None:
+            raise ArtifactError(f"{self.kind}/{self.key}: not published")
+        return self._result(found, cached=False)
+
+    @staticmethod
+    def _result(art: Artifact, cached: bool) -> StageResult:
+        return StageResult(art.ref, cached, art.manifest.get("stats", {}), art.manifest.get("report", ""))

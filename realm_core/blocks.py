@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.bert import load_tokenizer, load_wordpieces
 from realm_core.config import ChunkConfig
 from realm_core.errors import RealmError
@@ -133,17 +133,16 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
     progress = progress or NoProgress()
     inputs = {"documents": documents.content_hash,
               "code": code_version((__name__,), ("tokenizers",))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup("blocks", key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
+    cache = CachedStage(store, "blocks", config, inputs, force)
+    if cache.hit:
+        return cache.hit
     docs = store.open(documents, kind="documents")
     tokenizer = load_tokenizer(config.encoder)
     backend = load_wordpieces(config.encoder)
     stats: Counter[str] = Counter()
     next_id = 0
     progress.start("chunk documents", docs.rows("documents"), "docs")
-    with store.write("blocks", key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         table = out.table("blocks")
         for batch in docs.iter_batches("documents", columns=["doc_id", "title", "text"],
                                        batch_size=config.batch_documents):
@@ -170,6 +169,4 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
         out.extra_manifest["stats"] = dict(stats)
         out.extra_manifest["tokenizer"] = {"encoder": config.encoder,
                                            "vocab_size": tokenizer.vocab_size}
-    hit = store.lookup("blocks", key)
-    assert hit is not None
-    return StageResult(hit.ref, False, dict(stats))
+    return cache.result()

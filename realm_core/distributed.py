@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import torch
 
-from realm_core.artifacts import ArtifactStore, StageResult
-from realm_core.errors import ConfigError, RealmError
+from realm_core.artifacts import CachedStage, StageResult
+from realm_core.errors import ArtifactError, ConfigError, RealmError
 
 Precision = Literal["fp32", "bf16"]
 
@@ -167,13 +167,13 @@ def rank_zero_first(placement: Placement) -> Iterator[None]:
         placement.barrier()
 
 
-def rank_zero_artifact(placement: Placement, store: ArtifactStore, kind: str, key: str) -> StageResult:
+def rank_zero_artifact(placement: Placement, cache: CachedStage) -> StageResult:
     """On a rank other than 0: wait for rank 0 to publish the stage's artifact, and return it."""
     placement.barrier()
-    published = store.lookup(kind, key)
-    if published is None:
-        raise RealmError(f"rank {placement.rank}: rank 0 did not publish {kind}/{key}")
-    return StageResult(published.ref, False, published.manifest["stats"], published.manifest.get("report", ""))
+    try:
+        return cache.result()
+    except ArtifactError:
+        raise RealmError(f"rank {placement.rank}: rank 0 did not publish {cache.kind}/{cache.key}") from None
 
 
 def unwrap(module: torch.nn.Module) -> torch.nn.Module:

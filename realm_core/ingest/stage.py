@@ -23,13 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import (
-    ArtifactStore,
-    StageResult,
-    artifact_key,
-    code_version,
-    sha256_file,
-)
+from realm_core.artifacts import ArtifactStore, CachedStage, StageResult, code_version, sha256_file
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError, check_input_file
 from realm_core.ingest import corpora
@@ -218,14 +212,13 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
     workers), one job per file; the documents and counts are those of one process."""
     progress = progress or NoProgress()
     inputs = input_hashes(config) | {"code": code_version((__name__,), PACKAGES)}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup("documents", key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
+    cache = CachedStage(store, "documents", config, inputs, force)
+    if cache.hit:
+        return cache.hit
     all_stats: dict[str, dict[str, int]] = {}
     seen: set[str] = set()
     names = [f"source{i}:{Path(spec.path).name}" for i, spec in enumerate(config.sources)]
-    with store.write("documents", key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         table = out.table("documents", rows_per_file=config.rows_per_file)
         if map_sources is not None:
             jobs = [SourceJob(i, spec, config, str(out.tmp / "_sources")) for i, spec in enumerate(config.sources)]
@@ -251,6 +244,4 @@ def run_ingest(store: ArtifactStore, config: IngestConfig, progress: Progress | 
             raise RealmError("ingest produced no documents from "
                              + ", ".join(str(resolve_data_path(s.path)) for s in config.sources))
         out.extra_manifest["stats"] = all_stats
-    ref = store.lookup("documents", key)
-    assert ref is not None
-    return StageResult(ref.ref, False, all_stats)
+    return cache.result()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from realm_core.answers import f1_score
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig
 from realm_core.errors import InputError
 from realm_core.openqa.finetune import (
@@ -105,9 +105,9 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
               "gold_reader": gold.ref.content_hash if gold is not None else "none"}
     for i, (system, model) in enumerate(entries):
         inputs[f"system{i}"] = str(system.spec()) + (f"@{model.content_hash}" if model else "")
-    key = artifact_key(config.config_hash(), inputs)
-    if (hit := store.lookup(EVAL_KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, EVAL_KIND, config, inputs)
+    if cache.hit:
+        return cache.hit
     tokenizer = load_tokenizer(baseline)
     blocks = _blocks(store, blocks_ref, tokenizer)
     datasets = {d: load_questions(store, questions_ref, d, config.split, config.question_limits.get(d), blocks)
@@ -184,16 +184,13 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
                          "fine_tuned": True, "reader_start": baseline})
     report = results_markdown(results, specs, finetune_config)
     stats = {f"{d} EM {s}": round(m["EM"], 4) for d, r in results.items() for s, m in r["systems"].items()}
-    with store.write(EVAL_KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
-                     inputs=inputs) as out:
+    with cache.write() as out:
         out.table("openqa_predictions").write(rows)
         out.extra_manifest.update({"results": results, "systems": specs, "stats": stats, "report": report,
                                    "temperatures": temperatures, "budget": budget,
                                    "gold_reader": gold.stats if gold is not None else None,
                                    "finetune": finetune_config.model_dump(mode="json")})
-    hit = store.lookup(EVAL_KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()
 
 
 def _interval(p: dict[str, Any]) -> str:

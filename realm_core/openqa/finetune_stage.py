@@ -21,7 +21,6 @@ retrieving system's temperature is fit on dev questions, never on test.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.config import (
     BUNDLED_ENCODER,
     EmbedConfig,
@@ -193,10 +192,9 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
     inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
               "code": code_version((__name__,), ("torch", "transformers"))}
-    section_hash = artifact_key(json.dumps(section, sort_keys=True), {})
-    key = artifact_key(section_hash, inputs)
-    if (hit := store.lookup(READER_KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, READER_KIND, section, inputs)
+    if cache.hit:
+        return cache.hit
     tokenizer = load_tokenizer(reader_start)
     blocks = _blocks(store, None, tokenizer)
     questions = [q for q in load_questions(store, questions_ref, config.dataset, config.split, blocks=blocks)
@@ -208,22 +206,20 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
                                      config.dev_questions, blocks=blocks) if q.passage is not None]
     reader = SpanReader.from_pretrained(reader_start, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, None)
-    checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{key}"
+    checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
     curves = train_reader(models, GoldPassage(blocks, 1), questions, blocks, tokenizer, config, budget,
                           checkpoints, dev, progress, Placement.single())
     stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
              **_budget_stats(curves, len(questions))}
     report = (f"### gold-passage reader from {reader_start}\n\n"
               + _curve([r for r in curves.steps if r["dev_em"] is not None] or curves.steps))
-    with store.write(READER_KIND, key, config=section, config_hash=section_hash, inputs=inputs) as out:
+    with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")
         tokenizer.save_pretrained(str(out.tmp / "reader"))
         out.table("finetune_curve").write([{**r, "phase": "gold_passage"} for r in curves.steps])
         out.extra_manifest.update({"stats": stats, "report": report})
     shutil.rmtree(checkpoints, ignore_errors=True)
-    hit = store.lookup(READER_KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()
 
 
 def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
@@ -248,9 +244,9 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",
               "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup(MODEL_KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, MODEL_KIND, config, inputs, force)
+    if cache.hit:
+        return cache.hit
     tokenizer = load_tokenizer(system.reader)
     blocks = _blocks(store, blocks_ref, tokenizer)
     questions = load_questions(store, questions_ref, config.dataset, config.split)
@@ -263,11 +259,11 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)
     reader = SpanReader.from_pretrained(reader_dir, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, query_encoder)
-    checkpoints = Path(store.root) / "checkpoints" / f"finetune-{key}"
+    checkpoints = Path(store.root) / "checkpoints" / f"finetune-{cache.key}"
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, config.budget(),
                           checkpoints, dev, progress, placement)
     if not placement.is_main:
-        return rank_zero_artifact(placement, store, MODEL_KIND, key)
+        return rank_zero_artifact(placement, cache)
     trained = [r for r in curves.steps if r["loss"] == r["loss"]]  # NaN: nothing to learn that step
     tail = trained[-min(20, len(trained)):]
     stats = {"system": system.name, "dataset": f"{config.dataset}/{config.split}", "train_questions": len(questions),
@@ -280,8 +276,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     if gold is not None:
         report += gold.report + "\n\n"
     report += "open-domain phase:\n\n" + _curve(curves.steps)
-    with store.write(MODEL_KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
-                     inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")
         tokenizer.save_pretrained(str(out.tmp / "reader"))
         if query_encoder is not None:
@@ -294,6 +289,4 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
         out.extra_manifest.update({"stats": stats, "report": report, "system": system.spec()})
     shutil.rmtree(checkpoints, ignore_errors=True)
     placement.barrier()
-    hit = store.lookup(MODEL_KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from realm_core.artifacts import ArtifactStore, StageResult, artifact_key, code_version, sha256_file
+from realm_core.artifacts import ArtifactStore, CachedStage, StageResult, code_version, sha256_file
 from realm_core.config import QuestionsConfig, QuestionSource, resolve_data_path
 from realm_core.errors import ConfigError, check_input_file
 from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions
@@ -32,9 +32,9 @@ def run_load_questions(store: ArtifactStore, config: QuestionsConfig) -> StageRe
         check_input_file(path, f"a {s.kind} question file ({s.dataset}/{s.split})")
         inputs[f"{s.dataset}/{s.split}/{i}"] = sha256_file(path)
     inputs["code"] = code_version((__name__,))
-    key = artifact_key(config.config_hash(), inputs)
-    if (hit := store.lookup(KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, KIND, config, inputs)
+    if cache.hit:
+        return cache.hit
     rows: list[dict[str, Any]] = []
     stats: dict[str, Any] = {}
     lines = ["| dataset | split | questions | dropped |", "|---|---|---:|---|"]
@@ -50,10 +50,7 @@ def run_load_questions(store: ArtifactStore, config: QuestionsConfig) -> StageRe
         dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(counted.items())) or "none"
         lines.append(f"| {source.dataset} | {source.split} | {len(qs.questions):,} | {dropped} |")
     report = "\n".join(lines)
-    with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
-                     inputs=inputs) as out:
+    with cache.write() as out:
         out.table("questions").write(rows)
         out.extra_manifest.update({"stats": stats, "report": report})
-    hit = store.lookup(KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.bert import load_tokenizer
 from realm_core.config import ReaderMlmConfig
 from realm_core.curves import curve_markdown
@@ -160,11 +160,11 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
     place = placement or Placement.single()
     inputs = {"blocks": blocks_ref.content_hash, "reader": encoder_hash(reader_encoder),
               "heldout": heldout_rule, "code": code_version((__name__,), ("torch", "transformers"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup(KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, KIND, config, inputs, force)
+    if cache.hit:
+        return cache.hit
     if not place.is_main:  # under torchrun rank 0 trains; the others wait for its artifact
-        return rank_zero_artifact(place, store, KIND, key)
+        return rank_zero_artifact(place, cache)
     blocks = store.open(blocks_ref, kind="blocks")
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
     texts = BlockTexts.from_table(table)
@@ -174,7 +174,7 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
                          f"MLM warm-up needs at least batch_size={config.batch_size}")
     tokenizer = load_tokenizer(reader_encoder)
     reader = KnowledgeAugmentedEncoder.from_pretrained(reader_encoder, dropout=0.0, seed=config.seed)
-    checkpoints = Path(store.root) / "checkpoints" / f"reader-mlm-{key}"
+    checkpoints = Path(store.root) / "checkpoints" / f"reader-mlm-{cache.key}"
     t0 = time.perf_counter()
     curve = train_reader_mlm(reader, texts, kept, tokenizer, config, checkpoints,
                              progress or NoProgress(), place)
@@ -184,14 +184,11 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
              "final_wordpiece_accuracy": round(sum(r["wordpiece_accuracy"] for r in tail) / len(tail), 4),
              "wall_seconds": round(time.perf_counter() - t0, 1)}
     report = "### Reader masked-LM warm-up\n\n" + curve_markdown(curve, ("step", "loss", "wordpiece_accuracy"))
-    with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
-                     inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         reader.cpu().save_pretrained(out.tmp / "reader")
         tokenizer.save_pretrained(str(out.tmp / "reader"))
         out.table("reader_mlm_metrics").write(curve)
         out.extra_manifest.update({"stats": stats, "report": report})
     shutil.rmtree(checkpoints, ignore_errors=True)
     place.barrier()
-    hit = store.lookup(KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from realm_core.answers import has_answer, token_string
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.config import EmbedConfig, RetrievalEvalConfig, resolve_data_path
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
@@ -152,9 +152,9 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
             assert s.query_encoder is not None and s.doc_embed is not None
             inputs[f"system{i}_encoders"] = (encoder_hash(s.query_encoder) + ":"
                                              + encoder_hash(s.doc_embed.doc_encoder))
-    key = artifact_key(config.config_hash(), inputs)
-    if (hit := store.lookup(KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, KIND, config, inputs)
+    if cache.hit:
+        return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
     doc_ids = table.column("doc_id").to_pylist()
@@ -212,14 +212,11 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
     headline = f"R@{5 if 5 in config.ks else config.ks[0]}"
     stats = {f"{t.questions.name} {headline} {s}": round(m[headline], 3)
              for t in tasks for s, m in t.results.items()}
-    with store.write(KIND, key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs) as out:
+    with cache.write() as out:
         out.table("retrieval_results").write(rows)
         out.extra_manifest.update({"results": results, "systems": specs, "stats": stats,
                                    "report": report})
-    hit = store.lookup(KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()
 
 
 def standard_systems(retriever_ref: ArtifactRef | None, embed: EmbedConfig, encoder: str,

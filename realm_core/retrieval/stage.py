@@ -12,8 +12,8 @@ import numpy as np
 from realm_core.artifacts import (
     ArtifactRef,
     ArtifactStore,
+    CachedStage,
     StageResult,
-    artifact_key,
     code_version,
     sha256_file,
 )
@@ -53,9 +53,9 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
     the artifact is the same as when this process embeds them."""
     inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.doc_encoder),
               "code": code_version((__name__,), ("torch", "transformers"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup("embeddings", key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"])
+    cache = CachedStage(store, "embeddings", config, inputs, force)
+    if cache.hit:
+        return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
     tokenizer = load_tokenizer(config.doc_encoder)
     block_vocab = blocks.manifest.get("tokenizer", {}).get("vocab_size")
@@ -66,8 +66,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                                                config.pooling, config.seed, config.normalize)
     device = resolve_device(config.device)
     encoder.to(device)
-    with store.write("embeddings", key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         summary = embed_blocks(blocks, encoder, tokenizer, out.tmp / "embeddings",
                                max_length=config.max_length, batch_size=config.batch_size,
                                shard_size=config.shard_size, float16=config.float16,
@@ -81,9 +80,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}
         out.extra_manifest.update({"embeddings": summary, "stats": stats,
                                    "encoder": {"spec": config.doc_encoder, "hash": inputs["encoder"]}})
-    hit = store.lookup("embeddings", key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats)
+    return cache.result()
 
 
 def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_ref: ArtifactRef,

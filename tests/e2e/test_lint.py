@@ -35,6 +35,14 @@ def test_house_rules() -> None:
             assert not re.search(r"^\s*import pickle|pickle\.load", text, re.M), path
 
 
+def test_every_cached_stage_goes_through_cached_stage() -> None:
+    """key -> lookup -> write -> publish lives in CachedStage alone; the one other writer is the
+    index, whose versions are named by the retriever's step, not by a cache key."""
+    writers = {str(p.relative_to(ROOT)) for p in (ROOT / "realm_core").rglob("*.py")
+               if re.search(r"\bstore\.(write|lookup)\(", p.read_text())}
+    assert writers == {"realm_core/artifacts.py", "realm_core/retrieval/versions.py"}, writers
+
+
 def _module(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
