@@ -21,13 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, artifact_key, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
 from realm_core.bert import load_tokenizer
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
+from realm_core.pretrain.heldout import is_heldout
 from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
@@ -43,10 +44,6 @@ STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", 
 EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
 
 
-def _heldout(doc_id: str, every: int) -> bool:
-    return int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) % every == 0
-
-
 def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: PretrainConfig,
                     placement: Placement | None = None, progress: Progress | None = None) -> StageResult | None:
     """The reader's masked-LM warm-up (`pretrain.reader_mlm`) over the blocks of the articles that
@@ -56,7 +53,7 @@ def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: Pretr
     if config.reader_mlm.steps <= 0:
         return None
     return run_reader_mlm(store, blocks_ref, config.reader_mlm, config.reader_encoder,
-                          lambda doc: _heldout(doc, config.heldout_every),
+                          lambda doc: is_heldout(doc, config.heldout_every),
                           f"sha256(doc_id) % {config.heldout_every}", placement, progress)
 
 
@@ -109,9 +106,9 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
               "reader": encoder_hash(config.reader_encoder), "masking": masking.config_hash(),
               "embed": embed.config_hash(), "index": index_config.config_hash(),
               "code": code_version((__name__,), ("torch", "transformers"))}
-    key = artifact_key(config.config_hash(), inputs)
-    if not force and (hit := store.lookup(KIND, key)) is not None:
-        return StageResult(hit.ref, True, hit.manifest["stats"], hit.manifest["report"])
+    cache = CachedStage(store, KIND, config, inputs, force)
+    if cache.hit:
+        return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
     spans = store.open(spans_ref, kind="salient_spans")
     if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
@@ -136,7 +133,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     counts: Counter[str] = Counter()
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
     examples = list(iter_examples(blocks, spans, masking, tokenizer, counts))
-    held = [_heldout(e.doc_id, config.heldout_every) for e in examples]
+    held = [is_heldout(e.doc_id, config.heldout_every) for e in examples]
     train = [e for e, h in zip(examples, held, strict=True) if not h]
     heldout = [e for e, h in zip(examples, held, strict=True) if h]
     if len(train) < config.batch_size or not heldout:
@@ -145,7 +142,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     data = PretrainData(train, heldout, BlockTexts.from_table(table), tokenizer)
 
     # the run's own index namespace; the initial index is built from the warm-start encoder
-    run_root = Path(store.root) / "runs" / f"pretrain-{key}"
+    run_root = Path(store.root) / "runs" / f"pretrain-{cache.key}"
     run_store = ArtifactStore(run_root)
 
     def build(q: RetrieverEncoder, d: RetrieverEncoder, step: int) -> IndexHandle:
@@ -181,7 +178,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     placement.barrier()
     refresher = (IndexRefresher(build, config.sync_refresh)
                  if retrieving and not config.freeze_retriever and placement.is_main else None)
-    checkpoints = Path(store.root) / "checkpoints" / f"pretrain-{key}"
+    checkpoints = Path(store.root) / "checkpoints" / f"pretrain-{cache.key}"
     t0 = time.perf_counter()
     try:
         curves = train_realm(RealmModels(reader, query_encoder, doc_encoder), data, config,
@@ -192,7 +189,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
             refresher.close()
     wall = time.perf_counter() - t0
     if not placement.is_main:
-        return rank_zero_artifact(placement, store, KIND, key)
+        return rank_zero_artifact(placement, cache)
     final_eval = curves.evals[-1]
     tail = curves.steps[-min(20, len(curves.steps)):]
     stats = {
@@ -211,8 +208,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     report = (warmup_report + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
     query_encoder.step = doc_encoder.step = base_step + config.steps
-    with store.write(KIND, key, config=config.model_dump(mode="json"), config_hash=config.config_hash(),
-                     inputs=inputs, replace=force) as out:
+    with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")
         tokenizer.save_pretrained(str(out.tmp / "reader"))
         for name, enc in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
@@ -226,6 +222,4 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
                                    "example_counts": dict(counts)})
     shutil.rmtree(checkpoints, ignore_errors=True)
     placement.barrier()
-    hit = store.lookup(KIND, key)
-    assert hit is not None
-    return StageResult(hit.ref, False, stats, report)
+    return cache.result()
