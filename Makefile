@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/embed.py
 	$(BIN)/python bench/mips.py
 	$(BIN)/python bench/retrieval.py
+	$(BIN)/python bench/serve.py
 	$(BIN)/python bench/pretrain_step.py
 	$(BIN)/python bench/pretrain.py
 	$(BIN)/python bench/scaling.py

@@ -285,13 +285,42 @@ def projection_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def serve_table(result: dict) -> str:
+    s, p, r = result["service"], result["peers"], result["ratios"]
+    lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
+             f"({p['vectors'][0]:,} x {p['vectors'][1]}) | p50 (ms) | p99 (ms) | service / peer (p50) |",
+             "|---|---|---|---|",
+             f"| `GET /search?retriever=bm25` (HTTP) | {s['bm25']['p50_ms']:,.1f} | {s['bm25']['p99_ms']:,.1f} | "
+             f"{r['bm25_p50_vs_bm25s']:.2f}x |",
+             f"| peer: bm25s `retrieve` in process | {p['bm25s']['p50_ms']:,.2f} | {p['bm25s']['p99_ms']:,.2f} | 1.00x |",
+             f"| `GET /search` dense, current index (HTTP) | {s['dense']['p50_ms']:,.1f} | {s['dense']['p99_ms']:,.1f} | "
+             f"{r['dense_p50_vs_encode_matmul_topk']:.2f}x / {r['dense_p50_vs_matmul_topk']:.0f}x |",
+             f"| peer: query encoder + torch matmul + topk | {p['encode_matmul_topk']['p50_ms']:,.2f} | "
+             f"{p['encode_matmul_topk']['p99_ms']:,.2f} | 1.00x |",
+             f"| peer: torch matmul + topk alone | {p['matmul_topk']['p50_ms']:,.3f} | {p['matmul_topk']['p99_ms']:,.3f} | - |",
+             f"| `GET /ask` ({result['ask_system']}, {result['asks']} questions) | {s['ask']['p50_ms']:,.0f} | "
+             f"{s['ask']['p99_ms']:,.0f} | - |", "",
+             "| 8 concurrent clients | seconds | requests | req/s | errors | p50 (ms) | p99 (ms) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, c in result["concurrent"].items():
+        lat = c["latency"] or {"p50_ms": float("nan"), "p99_ms": float("nan")}
+        lines.append(f"| {name.replace('_', ' ')} | {c['seconds']:.0f} | {c['requests']:,} | {c['requests_per_s']:.1f} | "
+                     f"{c['errors']} | {lat['p50_ms']:,.0f} | {lat['p99_ms']:,.0f} |")
+    t = result["targets"]
+    lines += ["", f"Targets: dense search p50 <= {t['dense_p50_ms_max']} ms: "
+              f"{'met' if t['dense_p50_met'] else 'missed'}; ask p50 <= {t['ask_p50_ms_max']} ms: "
+              f"{'met' if t['ask_p50_met'] else 'missed'}; no failed request under load: "
+              f"{'met' if t['zero_errors'] else 'missed'}."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
                                             "openqa_bm25": openqa_table, "openqa_bm25_2ep": openqa_table,
                                             "warm_start": warm_start_table, "scaling": scaling_table,
-                                            "projection": projection_table}
+                                            "projection": projection_table, "serve": serve_table}
 
 
 def main() -> None:

@@ -1,8 +1,13 @@
 """`realm serve-qa`'s HTTP API through FastAPI's TestClient on the tiny preset's artifacts: every
 endpoint, every bad input as a 4xx with a JSON error, and an index swap under a stream of
-requests."""
+requests; then the page in a real browser (Debian's chromium) against `realm serve-qa` itself."""
 
+import shutil
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +21,7 @@ from realm_core.graph import Resolver
 from realm_core.query import QueryEngine
 
 pytestmark = pytest.mark.slow
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 UNTRAINED = ["embed.encoder_from=config"]  # the first index: the bundled encoder as it is (step 0)
 
 
@@ -83,6 +89,67 @@ def test_no_index_yet_is_a_404_not_a_500(tmp_path: Path, shared_data: Path) -> N
         r = c.get("/search", params={"q": "Warsaw"})
         assert r.status_code == 404 and "no index built yet" in r.json()["error"]
         assert c.get("/healthz").json()["index_version"] is None
+
+
+@pytest.fixture
+def served(root: str) -> Iterator[str]:
+    """`realm serve-qa` as a user starts it, on a free loopback port; stopped (and reaped) after."""
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [str(Path(sys.executable).with_name("realm")), "serve-qa", "--port", str(port), "--preset", "tiny",
+           "--root", root, *(a for o in UNTRAINED for a in ("--set", o))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None, f"serve-qa exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, "serve-qa did not answer /healthz in 180 s"
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's package (apt-get install chromium) "
+                                              "to run the page in a real browser")
+def test_the_page_answers_in_a_real_browser(served: str) -> None:
+    """Headless Chromium (the system's, no browser download) opens the page, types a question,
+    submits it, and reads the answer, its highlighted evidence and the retrieved blocks."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(served)
+            page.wait_for_function("document.getElementById('version').textContent !== '…'")
+            assert page.inner_text("#version") == "0"
+            page.fill("#q", "What was Warsaw the capital of until 1796?")
+            page.press("#q", "Enter")
+            page.wait_for_selector("#highlight, #error", timeout=120_000)
+            assert page.query_selector("#error") is None
+            answer, highlight = page.inner_text("#answer"), page.inner_text("#highlight")
+            assert answer and answer == highlight
+            support = page.inner_text("#support .title")
+            titles = page.locator("#blocks .title").all_inner_texts()
+            assert len(titles) == load_config("tiny").finetune.top_k and any(t.split(". ", 1)[1].split(" (block")[0] in support for t in titles)
+            assert "BM25 + reader" in support  # the default system, and why, are on the page
+            page.fill("#q", "")
+            page.press("#q", "Enter")
+            page.wait_for_selector("#error")
+            assert "empty question" in page.inner_text("#error")
+        finally:
+            browser.close()
 
 
 def test_a_new_index_version_is_swapped_in_while_requests_stream(client: TestClient, root: str) -> None:
