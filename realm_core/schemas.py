@@ -156,7 +156,17 @@ RETROMAE_CURVE = TableSchema("retromae_curve", 1, pa.schema([
     ("seconds", pa.float64()),
 ]))
 
+PRETRAIN_HELDOUT = TableSchema("pretrain_heldout", 1, pa.schema([
+    ("example", pa.int64()),      # position in the held-out test (drawn at random, pretrain.seed)
+    ("doc_id", pa.string()),      # the article: held-out articles never train
+    ("block_id", pa.int64()),     # the block the masked sentence comes from
+    ("correct", pa.bool_()),      # every masked wordpiece predicted (marginal argmax), last eval
+    ("log_p", pa.float64()),      # log p(y|x) at the last eval
+    ("recoverable", pa.bool_()),  # the span occurs in a block that is not a trivial retrieval
+]))
+
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
                                                        ICT_CURVE, RETRIEVAL_RESULTS, QUESTIONS,
-                                                       PRETRAIN_METRICS, PRETRAIN_EVAL, READER_MLM_METRICS, FINETUNE_CURVE,
+                                                       PRETRAIN_METRICS, PRETRAIN_EVAL, PRETRAIN_HELDOUT,
+                                                       READER_MLM_METRICS, FINETUNE_CURVE,
                                                        OPENQA_PREDICTIONS, RETROMAE_CURVE)}

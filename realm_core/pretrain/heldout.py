@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +90,18 @@ class SpanLocator:
                 found.add(bisect_right(self.starts, at) - 1)
             at = self.text.find(needle, at + 1)
         return found
+
+
+def continuation_ids(tokenizer: Any) -> set[int]:
+    """The wordpieces that continue a word (`##...`)."""
+    return {i for token, i in tokenizer.get_vocab().items() if token.startswith("##")}
+
+
+def block_wordpieces(blocks: BlockTexts, tokenizer: Any) -> list[list[int]]:
+    """Each block's title and body wordpieces, with a separator no span can match between them."""
+    titles = tokenizer(blocks.titles.to_pylist(), add_special_tokens=False)["input_ids"]
+    bodies = tokenizer(blocks.texts.to_pylist(), add_special_tokens=False)["input_ids"]
+    return [[*t, -1, *b] for t, b in zip(titles, bodies, strict=True)]
 
 
 def allowed(z: int, example: MaskedExample, blocks: BlockTexts, exclusion: str) -> bool:

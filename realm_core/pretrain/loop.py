@@ -76,6 +76,7 @@ class PretrainData:
 class Curves:
     steps: list[dict[str, float]] = field(default_factory=list)
     evals: list[dict[str, float]] = field(default_factory=list)
+    heldout: list[dict[str, float]] = field(default_factory=list)  # per example, at the last eval
 
 
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
@@ -123,12 +124,19 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
     return out, batch, scores
 
 
+def span_correct(out: MarginalOutput, batch: Any) -> torch.Tensor:
+    """(B,) 1.0 where the marginal prediction gets every masked wordpiece of the example right."""
+    with torch.no_grad():
+        predicted = span_predictions(out, batch.block_mask)  # (B, M)
+        correct: torch.Tensor = ((predicted == batch.targets) | ~batch.target_mask).all(-1).float()
+    return correct
+
+
 def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor) -> dict[str, float]:
     """Span accuracy of the marginal prediction, mean p(null|x), retrieval utility (REALM §4.5:
     log p(y|x,z_best) - log p(y|x,null), z_best the highest-scoring retrieved block)."""
     with torch.no_grad():
-        predicted = span_predictions(out, batch.block_mask)  # (B, M)
-        correct = ((predicted == batch.targets) | ~batch.target_mask).all(-1).float()  # (B,)
+        correct = span_correct(out, batch)  # (B,)
         metrics = {"span_accuracy": float(correct.mean()), "log_likelihood": float(out.log_p_y.mean()),
                    "p_null": float(out.log_p_z[:, 0].exp().mean())}
         if scores.size(1) > 1 and bool(batch.block_mask[:, 1:].any()):
@@ -146,24 +154,35 @@ EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility"
 
 
 def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
-             config: PretrainConfig, examples: int, placement: Placement | None = None) -> dict[str, float]:
+             config: PretrainConfig, examples: int, placement: Placement | None = None,
+             per_example: list[dict[str, float]] | None = None) -> dict[str, float]:
     """Held-out masked salient-span metrics, averaged over `examples` held-out examples (each
-    rank scores its slice; the sums are added over ranks)."""
+    rank scores its slice; the sums are added over ranks). `per_example`, when given, receives
+    each example's row, in held-out order: whether its span was predicted and log p(y|x)."""
     place = placement or Placement.single()
     for m in models.modules().values():
         m.eval()
     totals = dict.fromkeys(EVAL_METRICS, 0.0)
     held = data.heldout[:examples]
     mine = place.shard(held)
+    correct = np.zeros(len(held))  # (E,) this rank's examples filled in; the rest added over ranks
+    log_p = np.zeros(len(held))
     with torch.no_grad():
         for start in range(0, len(mine), config.batch_size):
             chunk = mine[start:start + config.batch_size]
             out, batch, scores = realm_forward(models, chunk, index, data, config, place)
             for k, v in batch_metrics(out, batch, scores).items():
                 totals[k] += v * len(chunk)
+            rows = [place.rank + (start + i) * place.world_size for i in range(len(chunk))]  # shard = held[rank::world]
+            correct[rows] = span_correct(out, batch).cpu().numpy()
+            log_p[rows] = out.log_p_y.float().cpu().numpy()
     for m in models.modules().values():
         m.train()
     summed = place.sum(list(totals.values()))
+    if per_example is not None:
+        both = place.sum([*correct, *log_p])
+        per_example[:] = [{"example": float(i), "correct": both[i], "log_p": both[len(held) + i]}
+                          for i in range(len(held))]
     return {k: v / max(len(held), 1) for k, v in zip(totals, summed, strict=True)} | {"examples": float(len(held))}
 
 
@@ -190,7 +209,8 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
         restore_checkpoint(ckpt, models.modules(), optimizer)
         start, index_step = ckpt.step, int(ckpt.state["index_step"])
-        curves = Curves(ckpt.state["curves"]["steps"], ckpt.state["curves"]["evals"])
+        curves = Curves(ckpt.state["curves"]["steps"], ckpt.state["curves"]["evals"],
+                        ckpt.state["curves"].get("heldout", []))
     index = index_at(index_step) if index_at is not None else None
     # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
     retrieving = index_at is not None and config.retrieval == "realm"
@@ -262,13 +282,15 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
             on_log(row)
         # eval
         if done % config.eval_every == 0 or done == config.steps:
+            last = curves.heldout if done == config.steps else None
             curves.evals.append({"step": float(done),
-                                 **evaluate(shared, data, index, config, config.eval_examples, place)})
+                                 **evaluate(shared, data, index, config, config.eval_examples, place, last)})
         # checkpoint (rank 0 writes; every rank resumes from the shared root)
         if done % config.checkpoint_every == 0 or done == config.steps:
             if place.is_main:
                 save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
-                                {"curves": {"steps": curves.steps, "evals": curves.evals},
+                                {"curves": {"steps": curves.steps, "evals": curves.evals,
+                                            "heldout": curves.heldout},
                                  "index_step": index_step, "base_step": base_step})
             place.barrier()
     progress.finish()

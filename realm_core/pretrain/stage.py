@@ -28,7 +28,14 @@ from realm_core.curves import curve_markdown, plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
-from realm_core.pretrain.heldout import is_heldout
+from realm_core.pretrain.heldout import (
+    SpanLocator,
+    block_wordpieces,
+    continuation_ids,
+    is_heldout,
+    recoverable,
+    split_heldout,
+)
 from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
@@ -133,9 +140,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     counts: Counter[str] = Counter()
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
     examples = list(iter_examples(blocks, spans, masking, tokenizer, counts))
-    held = [is_heldout(e.doc_id, config.heldout_every) for e in examples]
-    train = [e for e, h in zip(examples, held, strict=True) if not h]
-    heldout = [e for e, h in zip(examples, held, strict=True) if h]
+    # whole articles held out; the test drawn at random over their examples (pretrain.seed)
+    train, heldout = split_heldout(examples, config.heldout_every, config.eval_examples, config.seed)
     if len(train) < config.batch_size or not heldout:
         raise RealmError(f"{spans.path}: {len(train)} training and {len(heldout)} held-out masked "
                          f"examples; need at least batch_size={config.batch_size} and one held out")
@@ -191,11 +197,19 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     if not placement.is_main:
         return rank_zero_artifact(placement, cache)
     final_eval = curves.evals[-1]
+    locator = SpanLocator(block_wordpieces(data.blocks, tokenizer), continuation_ids(tokenizer))
+    heldout_rows = [{"example": i, "doc_id": e.doc_id, "block_id": e.block_id, "correct": r["correct"] > 0.5,
+                     "log_p": r["log_p"], "recoverable": recoverable(e, locator, data.blocks, config.exclusion)}
+                    for i, (e, r) in enumerate(zip(heldout, curves.heldout, strict=True))]
+    recoverable_correct = [bool(r["correct"]) for r in heldout_rows if r["recoverable"]]
     tail = curves.steps[-min(20, len(curves.steps)):]
     stats = {
         "steps": config.steps, "retrieval": config.retrieval, "masking": masking.strategy,
         "train_examples": len(train), "heldout_examples": len(heldout),
+        "heldout_articles": len({e.doc_id for e in heldout}), "recoverable_examples": len(recoverable_correct),
         "heldout_span_accuracy": round(final_eval["span_accuracy"], 4),
+        "recoverable_span_accuracy": round(sum(recoverable_correct) / len(recoverable_correct), 4)
+        if recoverable_correct else None,
         "heldout_retrieval_utility": round(final_eval["retrieval_utility"], 4),
         "heldout_p_null": round(final_eval["p_null"], 4),
         "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
@@ -216,6 +230,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
             enc.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
         out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
         out.table("pretrain_eval").write(curves.evals)
+        out.table("pretrain_heldout").write(heldout_rows)
         plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
                     out.file("pretrain_curves.png"), f"REALM pretraining ({config.retrieval})")
         out.extra_manifest.update({"stats": stats, "report": report, "step": base_step + config.steps,

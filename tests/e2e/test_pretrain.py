@@ -66,6 +66,15 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_parameters(upstream,
     run_dir = next((tmp_path / "a" / "runs").iterdir())
     assert versions(ArtifactStore(run_dir)) == [4, 6]
     assert full.stats["heldout_examples"] > 0 and full.stats["refreshes_skipped"] == 0
+    # the held-out test per example, as the last eval scored it (the resumed run too: the rows
+    # travel in the checkpoint); its accuracy is the eval curve's last point
+    rows = a_store.open(full.ref).read_table("pretrain_heldout").to_pylist()
+    assert 0 < len(rows) == full.stats["heldout_examples"] <= cfg.pretrain.eval_examples
+    assert [r["example"] for r in rows] == list(range(len(rows)))
+    accuracy = sum(r["correct"] for r in rows) / len(rows)
+    assert accuracy == pytest.approx(a_store.open(full.ref).read_table("pretrain_eval").to_pylist()[-1]["span_accuracy"])
+    assert full.stats["recoverable_examples"] == sum(r["recoverable"] for r in rows)
+    assert b_store.open(resumed.ref).read_table("pretrain_heldout").to_pylist() == rows
     # the reader's masked-LM warm-up ran first, never on held-out articles' blocks, and the
     # resumed run reused its artifact
     warm = full.stats["reader_mlm"]
