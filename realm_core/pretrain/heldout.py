@@ -97,7 +97,7 @@ def continuation_ids(tokenizer: Any) -> set[int]:
     return {i for token, i in tokenizer.get_vocab().items() if token.startswith("##")}
 
 
-def block_wordpieces(blocks: BlockTexts, tokenizer: Any) -> list[list[int]]:
+def title_body_wordpieces(blocks: BlockTexts, tokenizer: Any) -> list[list[int]]:
     """Each block's title and body wordpieces, with a separator no span can match between them."""
     titles = tokenizer(blocks.titles.to_pylist(), add_special_tokens=False)["input_ids"]
     bodies = tokenizer(blocks.texts.to_pylist(), add_special_tokens=False)["input_ids"]

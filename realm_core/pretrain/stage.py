@@ -30,11 +30,11 @@ from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import (
     SpanLocator,
-    block_wordpieces,
     continuation_ids,
     is_heldout,
     recoverable,
     split_heldout,
+    title_body_wordpieces,
 )
 from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
@@ -197,7 +197,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     if not placement.is_main:
         return rank_zero_artifact(placement, cache)
     final_eval = curves.evals[-1]
-    locator = SpanLocator(block_wordpieces(data.blocks, tokenizer), continuation_ids(tokenizer))
+    locator = SpanLocator(title_body_wordpieces(data.blocks, tokenizer), continuation_ids(tokenizer))
     heldout_rows = [{"example": i, "doc_id": e.doc_id, "block_id": e.block_id, "correct": r["correct"] > 0.5,
                      "log_p": r["log_p"], "recoverable": recoverable(e, locator, data.blocks, config.exclusion)}
                     for i, (e, r) in enumerate(zip(heldout, curves.heldout, strict=True))]
