@@ -4,9 +4,17 @@ plus the null block and marginalises, the other reads the null block alone. Held
 span accuracy (articles never trained on), retrieval utility and p(null) at the end, time the
 trainer spent blocked on the asynchronous index refresh, and the curves as PNG.
 
+Both are scored on the same held-out examples (drawn at random over held-out articles), on all
+of them and on the recoverable ones, with REALM minus null-only and a 95% interval from
+resampling articles (`heldout`). `--table` runs every row of REALM Table 2 at the same budget
+(`realm_core/pretrain/ablations.py`: random spans and tokens, a 30x staler index, the retriever's
+learning rate, relevance from the index) and adds an `ablations` row for each, paired with REALM
+where the row masks the same wordpieces. `--config FILE` / `--set` give the same experiment a
+larger budget (a GPU) unchanged.
+
 Runs go through the artifact cache of the work dir (`make demo` trains the REALM run already).
 
-    .venv/bin/python bench/pretrain.py [--preset demo] [--root work/artifacts]
+    .venv/bin/python bench/pretrain.py [--preset demo] [--root work/artifacts] [--table] [--config F] [--set s.f=v]
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir
 from realm_core.curves import plot_curves
 from realm_core.graph import Resolver
+from realm_core.pretrain.ablations import table2
 from realm_core.pretrain.heldout import article_bootstrap
-from realm_core.pretrain.stage import run_pretrain
 
 
 def heldout_test(rows: dict[str, list[dict]], resamples: int = 10_000) -> dict:
@@ -56,26 +64,54 @@ def heldout_test(rows: dict[str, list[dict]], resamples: int = 10_000) -> dict:
             "gain": gain}
 
 
+def ablation_row(name: str, run: dict, realm: dict, resamples: int = 10_000) -> dict:
+    """One Table 2 row: held-out accuracy (all, recoverable), log p, wall, and the row minus
+    REALM on the same examples with a 95% interval over articles."""
+    rows, base = run["heldout_rows"], realm["heldout_rows"]
+    keep = [i for i, r in enumerate(rows) if r["recoverable"]]
+    st = run["stats"]
+    out = {"name": name, "overrides": run["overrides"], "masking": st["masking"],
+           "accuracy": st["heldout_span_accuracy"],
+           "recoverable_accuracy": (sum(rows[i]["correct"] for i in keep) / len(keep)) if keep else None,
+           "log_p": sum(r["log_p"] for r in rows) / len(rows), "retrieval_utility": st["heldout_retrieval_utility"],
+           "p_null": st["heldout_p_null"], "wall_seconds": st["wall_seconds"],
+           "minus_realm": None, "minus_realm_ci95": None}
+    # paired only on the same held-out examples: a row that masks differently predicts other
+    # wordpieces, and its accuracy is its own task's, not comparable with REALM's
+    if [(r["doc_id"], r["block_id"], r["recoverable"]) for r in rows] == [
+            (r["doc_id"], r["block_id"], r["recoverable"]) for r in base] and st["masking"] == realm["stats"]["masking"]:
+        delta, lo, hi = article_bootstrap([r["correct"] for r in rows], [r["correct"] for r in base],
+                                          [r["doc_id"] for r in base], resamples)
+        out.update({"minus_realm": delta, "minus_realm_ci95": [lo, hi]})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--root", default=None)
+    ap.add_argument("--config", default=None, help="a YAML file over the preset (e.g. a larger GPU budget)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
+    ap.add_argument("--table", action="store_true",
+                    help="every REALM Table 2 row (realm_core/pretrain/ablations.py), not just REALM and null-only")
     args = ap.parse_args()
-    cfg = load_config(args.preset)
+    cfg = load_config(args.preset, args.config, args.overrides)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
-    stages = Resolver(cfg, store)
-    blocks, spans, ict = stages.run("chunk"), stages.run("spans"), stages.run("ict")
+    rows = table2(cfg)
+    names = list(rows) if args.table else list(rows)[:2]
     runs = {}
-    for name, over in (("REALM", {}), ("null only", {"retrieval": "null_only"})):
-        p = cfg.pretrain.model_copy(update=over)
-        result = run_pretrain(store, blocks.ref, spans.ref, ict.ref, p, cfg.masking, cfg.embed, cfg.index)
+    for name in names:
+        variant = load_config(args.preset, args.config, [*args.overrides, *rows[name]])
+        result = Resolver(variant, store).run("pretrain")  # through the cache: upstream stages are shared
+        assert result.ref is not None
         art = store.open(result.ref)
-        runs[name] = {"artifact": result.ref.path, "stats": result.stats,
+        runs[name] = {"overrides": list(rows[name]), "artifact": result.ref.path, "stats": result.stats,
                       "eval": art.read_table("pretrain_eval").to_pylist(),
                       "steps": art.read_table("pretrain_metrics").to_pylist(),
                       "heldout_rows": art.read_table("pretrain_heldout").to_pylist()}
         print(name, json.dumps(result.stats))
+    runs["null only"] = runs.pop("null only (BERT baseline)")
     p = cfg.pretrain
     realm, null = runs["REALM"]["stats"], runs["null only"]["stats"]
     result_json = {
@@ -88,7 +124,8 @@ def main() -> None:
                    "sync_refresh": p.sync_refresh, "relevance": p.relevance, "masking": cfg.masking.strategy},
         "runs": {n: {k: v for k, v in r.items() if k != "heldout_rows"} for n, r in runs.items()},
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],
-        "heldout": heldout_test({n: r["heldout_rows"] for n, r in runs.items()}),
+        "heldout": heldout_test({n: runs[n]["heldout_rows"] for n in ("REALM", "null only")}),
+        "ablations": [ablation_row(n, r, runs["REALM"]) for n, r in runs.items()],
     }
     write_result("pretrain", result_json)
     rows = runs["REALM"]["steps"]

@@ -1,0 +1,19 @@
+from realm_core.config import load_config
+from realm_core.pretrain.ablations import table2
+
+
+def test_every_table2_row_is_a_config_with_its_own_cache_key() -> None:
+    base = load_config("demo")
+    rows = table2(base)
+    assert list(rows)[:2] == ["REALM", "null only (BERT baseline)"] and len(rows) == 7
+    keys = set()
+    for name, overrides in rows.items():
+        cfg = load_config("demo", overrides=list(overrides))
+        # what the pretraining stage's key is made of, besides the upstream artifacts' hashes
+        keys.add((cfg.pretrain.config_hash(), cfg.masking.config_hash()))
+        changed = {s for s in ("pretrain", "masking") if getattr(cfg, s) != getattr(base, s)}
+        assert len(changed) == (0 if name == "REALM" else 1), name
+    assert len(keys) == len(rows)
+    assert load_config("demo", overrides=list(rows["30x staler index (refresh every 1500)"])).pretrain.refresh_every == 1500
+    assert load_config("demo", overrides=list(rows["retriever lr 1.0x"])).pretrain.retriever_lr_scale == 1.0
+    assert load_config("demo", overrides=list(rows["relevance index"])).pretrain.relevance == "index"
