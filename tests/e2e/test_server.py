@@ -48,7 +48,7 @@ def prefect(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.C
 
 def run_deployment(env: dict[str, str], name: str) -> str:
     r = prefect(env, "deployment", "run", name, "-p", "preset=tiny", "--watch",
-                "--watch-interval", "2", "--watch-timeout", "540")
+                "--watch-interval", "2", "--watch-timeout", "900", timeout=960)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Completed" in r.stdout, r.stdout
     return r.stdout
