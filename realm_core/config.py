@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from realm_core.errors import ConfigError
 from realm_core.presets import PRESETS
@@ -37,10 +37,11 @@ from realm_core.training_config import (
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 # The stage configs that live in stage_config and training_config are imported from here too.
-__all__ = ["BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
+__all__ = ["BLOCK_VIEWS", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
            "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
-           "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec", "SpanConfig",
+           "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
+           "SpanConfig",
            "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 
 
@@ -224,10 +225,20 @@ class QueryConfig(StageConfig):
     snippet_chars: int = Field(240, ge=20, description="characters of block text shown per hit")
 
 
+# Every stage that reads a block, and the field of its config that sets how many wordpieces it
+# reads: `block_length` fills each one a preset, YAML file or override leaves unset.
+BLOCK_VIEWS: dict[str, str] = {"chunk": "max_wordpieces", "embed": "max_length", "ict": "block_length",
+                               "retromae": "block_length", "pretrain": "doc_length"}
+
+
 class PipelineConfig(StageConfig):
     """Every stage's config; a preset fills it, YAML and overrides adjust it."""
 
     preset: str
+    block_length: int = Field(288, ge=16, description=(
+        "wordpieces of a block ([CLS] title [SEP] body [SEP]; REALM §3.4: 288), the one view every "
+        "stage that reads blocks takes unless its own field is set: " + ", ".join(
+            f"{s}.{f}" for s, f in BLOCK_VIEWS.items())))
     ingest: IngestConfig
     chunk: ChunkConfig = ChunkConfig()
     spans: SpanConfig = SpanConfig()
@@ -242,6 +253,30 @@ class PipelineConfig(StageConfig):
     finetune: FinetuneConfig = FinetuneConfig()
     openqa_eval: OpenQAEvalConfig = OpenQAEvalConfig()
     query: QueryConfig = QueryConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_view_of_a_block(cls, data: Any) -> Any:
+        """Fill each stage's block view the input leaves unset with `block_length`; a value a
+        stage section sets itself stays (and is recorded in that stage's config and manifest)."""
+        if not isinstance(data, dict):
+            return data
+        length = data.get("block_length", cls.model_fields["block_length"].default)
+        out = dict(data)
+        for section, name in BLOCK_VIEWS.items():
+            value = out.get(section)
+            if value is None:
+                out[section] = {name: length}
+            elif isinstance(value, dict):
+                out[section] = value if name in value else {**value, name: length}
+            elif isinstance(value, StageConfig) and name not in value.model_fields_set:
+                out[section] = value.model_copy(update={name: length})
+        return out
+
+    def block_views(self) -> dict[str, int]:
+        """`stage.field` -> the wordpieces of a block that stage reads (differing views are
+        a choice a preset makes for cost, and README says which)."""
+        return {f"{s}.{f}": getattr(getattr(self, s), f) for s, f in BLOCK_VIEWS.items()}
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -32,15 +32,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {
         "ingest": {"sources": _bundled_sources(["wiki-w2v", "wiki-tables", "squad", "dpr"],
                                                {"squad": 3, "dpr": 60}), "workers": 1},
-        "chunk": {"max_wordpieces": 128},
+        "block_length": 128,
         "spans": {"n_process": 1},
         "masking": {"query_length": 32},
-        "embed": {"max_length": 128, "batch_size": 16},
-        "ict": {"batch_size": 8, "steps": 4, "query_length": 32, "block_length": 128,
+        "embed": {"batch_size": 16},
+        "ict": {"batch_size": 8, "steps": 4, "query_length": 32,
                 "dropout": 0.0, "checkpoint_every": 2, "log_every": 1},
         "retromae": {"batch_size": 4, "steps": 4, "block_length": 64, "dropout": 0.0,
                      "checkpoint_every": 2, "log_every": 1},
-        "pretrain": {"top_k": 3, "reader_length": 96, "doc_length": 128, "batch_size": 2,
+        "pretrain": {"top_k": 3, "reader_length": 96, "batch_size": 2,
                      "reader_mlm": {"steps": 2, "batch_size": 4, "length": 64, "warmup_steps": 1,
                                     "checkpoint_every": 1},
                      "steps": 4, "warmup_steps": 1, "refresh_every": 2, "sync_refresh": True,
@@ -67,7 +67,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "demo": {
         "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
-        "chunk": {"max_wordpieces": 288},
+        # Blocks of 288 wordpieces (REALM's), embedded whole for the index. Three stages read a
+        # shorter view of them, each for its cost on 2 cores, each recorded in its manifest: ICT
+        # 64 (in-batch negatives want many short contexts; 288 would cost about 4x a step),
+        # RetroMAE 96, and pretraining's relevance recompute 128 (the document encoder's forward
+        # and backward over 8 x 3 blocks a step). A config without those three fields gives every
+        # stage the one view `block_length` sets.
+        "block_length": 288,
         "masking": {"query_length": 64},
         # In-batch negatives are what ICT learns from: many short contexts per batch rather
         # than few long ones. About 7 s/step on 2 cores; no dropout (it doubles a step).
@@ -108,7 +114,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {
         "ingest": {"sources": [{"kind": "wikipedia", "name": "enwiki",
                                 "path": "data:enwiki-20181220-pages-articles.xml.bz2"}], "workers": 16},
-        "chunk": {"encoder": "bert-base-uncased", "max_wordpieces": 288},
+        "chunk": {"encoder": "bert-base-uncased"},
         # GPUs: bf16 autocast for the matrix products (weights and AdamW stay fp32)
         "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True, "precision": "bf16"},
         "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},

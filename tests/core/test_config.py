@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.config import load_config
+from realm_core.config import BLOCK_VIEWS, ChunkConfig, PipelineConfig, load_config
 from realm_core.errors import ConfigError
 from realm_core.presets import PRESETS
 
@@ -22,6 +22,31 @@ def test_paper_preset_has_realm_settings() -> None:
 def test_every_preset_validates() -> None:
     for name in PRESETS:
         assert load_config(name).preset == name
+
+
+def test_one_block_length_is_every_stage_view_unless_a_stage_sets_its_own() -> None:
+    paper = load_config("paper")
+    assert set(paper.block_views().values()) == {288}  # REALM: one view of a block everywhere
+    cfg = load_config("paper", overrides=["block_length=192"])
+    assert cfg.block_views() == {f"{s}.{f}": 192 for s, f in BLOCK_VIEWS.items()}
+    # the chunk and the pretraining stage configs (and so their cache keys) follow it
+    assert cfg.chunk.config_hash() != paper.chunk.config_hash()
+    assert cfg.pretrain.config_hash() != paper.pretrain.config_hash()
+    own = load_config("paper", overrides=["block_length=192", "ict.block_length=64"])
+    assert own.ict.block_length == 64 and own.embed.max_length == 192
+    # the demo's shorter views are its own fields; its blocks and index read 288
+    demo = load_config("demo").block_views()
+    assert (demo["chunk.max_wordpieces"], demo["embed.max_length"], demo["ict.block_length"],
+            demo["pretrain.doc_length"]) == (288, 288, 64, 128)
+    # a section given as a config object: only the fields it did not set follow block_length
+    built = PipelineConfig(preset="x", block_length=100, ingest=load_config("tiny").ingest,
+                           chunk=ChunkConfig(batch_documents=8))
+    assert built.chunk.max_wordpieces == 100 and built.chunk.batch_documents == 8
+    pinned = PipelineConfig(preset="x", block_length=100, ingest=load_config("tiny").ingest,
+                            chunk=ChunkConfig(max_wordpieces=64))
+    assert pinned.chunk.max_wordpieces == 64
+    with pytest.raises(ConfigError, match="block_length"):
+        load_config("tiny", overrides=["block_length=8"])
 
 
 def test_overrides_are_typed_and_validated() -> None:
