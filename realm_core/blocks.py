@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer, load_wordpieces
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import ChunkConfig
 from realm_core.errors import RealmError
 from realm_core.progress import NoProgress, Progress

@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 import torch
 
-from realm_core.artifacts import CachedStage, StageResult
+from realm_core.artifacts import StageResult
+from realm_core.cache import CachedStage
 from realm_core.errors import ArtifactError, ConfigError, RealmError
 
 Precision = Literal["fp32", "bf16"]

@@ -23,7 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import ArtifactStore, CachedStage, StageResult, code_version, sha256_file
+from realm_core.artifacts import ArtifactStore, StageResult, sha256_file
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError, check_input_file
 from realm_core.ingest import corpora

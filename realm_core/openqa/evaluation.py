@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from realm_core.answers import f1_score
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig
 from realm_core.errors import InputError
 from realm_core.openqa.finetune import (

@@ -28,7 +28,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import (
     BUNDLED_ENCODER,
     EmbedConfig,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from realm_core.artifacts import ArtifactStore, CachedStage, StageResult, code_version, sha256_file
+from realm_core.artifacts import ArtifactStore, StageResult, sha256_file
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import QuestionsConfig, QuestionSource, resolve_data_path
 from realm_core.errors import ConfigError, check_input_file
 from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import ReaderMlmConfig
 from realm_core.curves import curve_markdown
 from realm_core.distributed import Placement, rank_zero_artifact

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact

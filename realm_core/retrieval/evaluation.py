@@ -21,7 +21,8 @@ from typing import Any, Literal
 import numpy as np
 
 from realm_core.answers import has_answer, token_string
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, RetrievalEvalConfig, resolve_data_path
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress

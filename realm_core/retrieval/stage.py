@@ -9,15 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from realm_core.artifacts import (
-    ArtifactRef,
-    ArtifactStore,
-    CachedStage,
-    StageResult,
-    code_version,
-    sha256_file,
-)
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, sha256_file
 from realm_core.bert import load_tokenizer, resolve_encoder_dir
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.distributed import resolve_device
 from realm_core.errors import ConfigError, RealmError

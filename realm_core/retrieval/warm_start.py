@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import ICTConfig, RetroMAEConfig
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError

@@ -18,9 +18,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, CachedStage, StageResult, code_version
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_wordpieces
 from realm_core.blocks import sentence_starts
+from realm_core.cache import CachedStage, code_version
 from realm_core.config import SpanConfig
 from realm_core.errors import ArtifactError, ConfigError
 from realm_core.jobs import in_job_order

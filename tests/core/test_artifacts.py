@@ -6,7 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from realm_core.artifacts import ArtifactStore, CachedStage, artifact_key
+from realm_core.artifacts import ArtifactStore
+from realm_core.cache import CachedStage, artifact_key
 from realm_core.errors import ArtifactError
 
 
@@ -204,7 +205,7 @@ def test_read_rows_reads_a_range_across_part_files(store: ArtifactStore) -> None
 
 
 def test_code_version_tracks_sources_and_packages() -> None:
-    from realm_core.artifacts import code_version
+    from realm_core.cache import code_version
 
     a = code_version(("realm_core.blocks",))
     assert a == code_version(("realm_core.blocks",))
@@ -215,22 +216,22 @@ def test_code_version_tracks_sources_and_packages() -> None:
 def test_a_stage_code_hash_covers_what_its_module_imports_indirectly(monkeypatch: pytest.MonkeyPatch) -> None:
     """Computed, not listed by hand: ingest's hash covers the template renderer, which only the
     wikitext cleaner imports (a hand-kept list once missed it)."""
-    from realm_core import artifacts
+    from realm_core import cache
 
-    closure = artifacts.module_closure("realm_core.ingest.stage")
+    closure = cache.module_closure("realm_core.ingest.stage")
     assert {"realm_core.ingest.wikitext", "realm_core.ingest.wikitemplates", "realm_core.ingest.corpora"} <= set(closure)
-    assert not set(closure) & artifacts.NOT_SCIENCE
-    before = artifacts.code_version(("realm_core.ingest.stage",))
-    blocks_before = artifacts.code_version(("realm_core.blocks",))
-    templates = artifacts._source("realm_core.ingest.wikitemplates")
+    assert not set(closure) & cache.NOT_SCIENCE
+    before = cache.code_version(("realm_core.ingest.stage",))
+    blocks_before = cache.code_version(("realm_core.blocks",))
+    templates = cache._source("realm_core.ingest.wikitemplates")
     real = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda p: real(p) + (b"# edited" if p == templates else b""))
-    artifacts.code_version.cache_clear()
+    cache.code_version.cache_clear()
     try:
-        assert artifacts.code_version(("realm_core.ingest.stage",)) != before
-        assert artifacts.code_version(("realm_core.blocks",)) == blocks_before  # outside its closure
+        assert cache.code_version(("realm_core.ingest.stage",)) != before
+        assert cache.code_version(("realm_core.blocks",)) == blocks_before  # outside its closure
     finally:
-        artifacts.code_version.cache_clear()
+        cache.code_version.cache_clear()
 
 
 def test_cached_stage_writes_once_then_hits_and_force_rewrites(store: ArtifactStore) -> None:

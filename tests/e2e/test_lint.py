@@ -40,7 +40,7 @@ def test_every_cached_stage_goes_through_cached_stage() -> None:
     index, whose versions are named by the retriever's step, not by a cache key."""
     writers = {str(p.relative_to(ROOT)) for p in (ROOT / "realm_core").rglob("*.py")
                if re.search(r"\bstore\.(write|lookup)\(", p.read_text())}
-    assert writers == {"realm_core/artifacts.py", "realm_core/retrieval/versions.py"}, writers
+    assert writers == {"realm_core/cache.py", "realm_core/retrieval/versions.py"}, writers
 
 
 def _module(path: Path) -> str:
