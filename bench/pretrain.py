@@ -12,6 +12,9 @@ learning rate, relevance from the index) and adds an `ablations` row for each, p
 where the row masks the same wordpieces. `--config FILE` / `--set` give the same experiment a
 larger budget (a GPU) unchanged.
 
+`zero_shot` is SQuAD-open dev recall@5/@20 of the warm-started retriever before and of REALM's
+encoders after pretraining, paired on the same questions.
+
 Runs go through the artifact cache of the work dir (`make demo` trains the REALM run already).
 
     .venv/bin/python bench/pretrain.py [--preset demo] [--root work/artifacts] [--table] [--config F] [--set s.f=v]
@@ -31,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from peers import write_result  # noqa: E402
 
-from realm_core.artifacts import ArtifactStore
-from realm_core.config import load_config, work_dir
+from realm_core.artifacts import ArtifactRef, ArtifactStore
+from realm_core.config import PipelineConfig, load_config, work_dir
 from realm_core.curves import plot_curves
 from realm_core.graph import Resolver
 from realm_core.pretrain.ablations import table2
@@ -86,6 +89,39 @@ def ablation_row(name: str, run: dict, realm: dict, resamples: int = 10_000) -> 
     return out
 
 
+def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, realm_ref: ArtifactRef | None) -> dict:
+    """SQuAD-open dev recall@5/@20 (articles 30-34, every demo block a candidate, DPR's
+    has_answer rule) of the warm-started retriever before REALM pretraining and of REALM's
+    encoders after it, each system's blocks embedded by its own document encoder (through the
+    embed cache); after minus before paired on the same questions with a 95% bootstrap interval."""
+    from realm_core.openqa.significance import paired_bootstrap
+    from realm_core.retrieval.evaluation import RetrieverSystem, run_evaluate_retrieval
+    from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+
+    if realm_ref is None or cfg.pretrain.warm_start == "none":
+        raise SystemExit("zero-shot recall needs REALM's run and a warm-started retriever (pretrain.warm_start)")
+    dev = next(s for s in cfg.questions.sources if s.dataset == "squad-open" and s.split == "dev")
+    warm = resolver.ref(cfg.pretrain.warm_start)
+    systems = [RetrieverSystem(name, "dense", query_encoder_dir(ref),
+                               cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(ref)}))
+               for name, ref in (("before", warm), ("after", realm_ref))]
+    ecfg = cfg.retrieval_eval.model_copy(update={"squad_path": dev.path, "squad_articles": dev.articles,
+                                                 "dpr_path": None, "ks": (5, 20)})
+    result = run_evaluate_retrieval(store, resolver.ref("chunk"), systems, ecfg)
+    assert result.ref is not None
+    rows = store.open(result.ref).read_table("retrieval_results").to_pylist()
+    hits = {name: [r["first_hit"] for r in rows if r["system"] == name] for name in ("before", "after")}
+    if [r["qid"] for r in rows if r["system"] == "before"] != [r["qid"] for r in rows if r["system"] == "after"]:
+        raise SystemExit("zero-shot: the two systems were scored on different questions")
+    out: dict = {"questions": len(hits["before"]), "articles": list(dev.articles), "warm_start": cfg.pretrain.warm_start}
+    for name, h in hits.items():
+        out[name] = {f"R@{k}": sum(1 for x in h if 0 < x <= k) / len(h) for k in (5, 20)}
+    for k in (5, 20):
+        delta, lo, hi = paired_bootstrap([0 < x <= k for x in hits["after"]], [0 < x <= k for x in hits["before"]])
+        out[f"R@{k} after - before"] = {"delta": delta, "ci95": [lo, hi]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
@@ -101,10 +137,12 @@ def main() -> None:
     rows = table2(cfg)
     names = list(rows) if args.table else list(rows)[:2]
     runs = {}
+    realm_ref = None
     for name in names:
         variant = load_config(args.preset, args.config, [*args.overrides, *rows[name]])
         result = Resolver(variant, store).run("pretrain")  # through the cache: upstream stages are shared
         assert result.ref is not None
+        realm_ref = realm_ref or result.ref  # the first row is REALM's own run
         art = store.open(result.ref)
         runs[name] = {"overrides": list(rows[name]), "artifact": result.ref.path, "stats": result.stats,
                       "eval": art.read_table("pretrain_eval").to_pylist(),
@@ -126,6 +164,7 @@ def main() -> None:
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],
         "heldout": heldout_test({n: runs[n]["heldout_rows"] for n in ("REALM", "null only")}),
         "ablations": [ablation_row(n, r, runs["REALM"]) for n, r in runs.items()],
+        "zero_shot": zero_shot(cfg, store, Resolver(cfg, store), realm_ref),
     }
     write_result("pretrain", result_json)
     rows = runs["REALM"]["steps"]
