@@ -22,8 +22,6 @@ import argparse
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -37,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from peers import RESULTS, write_result  # noqa: E402
 
+from flows.qa_service import serving
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, resolve_data_path
 from realm_core.graph import Resolver
@@ -44,12 +43,6 @@ from realm_core.query import QueryEngine
 from realm_core.retrieval.versions import current_step
 
 CHROMIUM = "/usr/bin/chromium"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def dev_questions(cfg: Any, n: int) -> list[str]:
@@ -73,38 +66,6 @@ def timed(fn: Any, items: list[Any]) -> list[float]:
         fn(item)
         out.append(time.perf_counter() - t)
     return out
-
-
-class Service:
-    """`realm serve-qa` in its own process on a free loopback port."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        import httpx
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(ROOT / ".venv/bin/realm"), "serve-qa", "--port", str(self.port), "--preset", args.preset,
-               "--root", args.root]
-        self.log = open(RESULTS.parent / ".work" / "serve.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"serve-qa exited with {self.proc.returncode}; see bench/.work/serve.log")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        raise SystemExit("serve-qa did not answer /healthz in 300 s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def get(client: Any, path: str, **params: Any) -> dict[str, Any]:
@@ -237,9 +198,9 @@ def main() -> None:
     del engine  # the service loads its own; this process stays idle while it is measured
 
     print("starting realm serve-qa ...")
-    service = Service(args)
-    try:
-        with httpx.Client(base_url=service.url) as c:
+    with open(RESULTS.parent / ".work" / "serve.log", "w") as log, \
+            serving(["--preset", args.preset, "--root", args.root], log=log) as url:
+        with httpx.Client(base_url=url) as c:
             health = get(c, "/healthz")
             t = time.perf_counter()
             get(c, "/search", q=queries[0], k=args.k, retriever="bm25")
@@ -252,11 +213,9 @@ def main() -> None:
             search_dense = timed(lambda q: get(c, "/search", q=q, k=args.k), queries)
             asks = timed(lambda q: get(c, "/ask", q=q), queries[:args.asks])
         print(f"{args.clients} concurrent clients, {args.seconds:.0f} s on dense search, then on ask ...")
-        load_search = concurrent(service.url, "/search", queries, args.clients, args.seconds, k=args.k)
-        load_ask = concurrent(service.url, "/ask", queries, args.clients, args.seconds)
-        shot = screenshot(service.url, args.page_question, RESULTS / "serve_page.png")
-    finally:
-        service.stop()
+        load_search = concurrent(url, "/search", queries, args.clients, args.seconds, k=args.k)
+        load_ask = concurrent(url, "/ask", queries, args.clients, args.seconds)
+        shot = screenshot(url, args.page_question, RESULTS / "serve_page.png")
 
     service_lat = {"bm25": percentiles(search_bm25), "dense": percentiles(search_dense), "ask": percentiles(asks)}
     result = {

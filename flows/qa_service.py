@@ -14,11 +14,16 @@ searching keeps the old one to its end. Bad input is a 4xx with a JSON `error`, 
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -77,3 +82,57 @@ def create_app(engine: QueryEngine) -> FastAPI:
         return PAGE.read_text(encoding="utf-8")
 
     return app
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(args: list[str], timeout: float = 300.0, log: IO[Any] | None = None) -> Iterator[str]:
+    """`realm serve-qa ARGS` in its own process (its own session) on a free loopback port, as a
+    user starts it; yields its URL once /healthz answers, then terminates it (killed after 15 s)
+    and reaps it. A service that exits or stays silent for `timeout` seconds is a RuntimeError
+    with the end of its output."""
+    import tempfile
+
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    out = log if log is not None else tempfile.TemporaryFile("w+")  # noqa: SIM115
+    cmd = [str(Path(sys.executable).with_name("realm")), "serve-qa", "--port", str(port), *args]
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def tail() -> str:
+        if log is not None:
+            return f"see {getattr(log, 'name', 'its log')}"
+        out.seek(0)
+        return out.read()[-4000:]
+
+    try:
+        deadline = time.time() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve-qa exited with {proc.returncode}: {tail()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"serve-qa did not answer /healthz in {timeout:.0f} s: {tail()}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log is None:
+            out.close()

@@ -108,6 +108,7 @@ class QueryEngine:
         self.stages, self.cfg = stages, stages.cfg
         self._blocks: BlockStore | None = None
         self._loaded: dict[str, Any] = {}
+        self._evaluations: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {}
 
     @property
     def tokenizer(self) -> Any:
@@ -205,15 +206,23 @@ class QueryEngine:
         return "bm25", "BM25 + reader: no open-QA evaluation in this artifact root yet"
 
     def _newest_evaluation(self) -> dict[str, Any] | None:
+        """The newest open-QA evaluation in the store. Each manifest is read once per version (a
+        `--force` rerun publishes a new one at the same path), so a question costs a listing."""
         store = self.stages.store
-        found = []
+        current = {}
         for manifest in store.fs.glob(f"{store.root}/openqa_eval/*/manifest.json"):
-            art = store.open(manifest.rsplit("/", 1)[0])
-            found.append((str(art.manifest.get("created_at", "")), art.path, art.manifest))
-        if not found:
+            info = store.fs.info(manifest)
+            version = (manifest, str(info.get("mtime", info.get("LastModified", info.get("size")))))
+            if version not in self._evaluations:
+                art = store.open(manifest.rsplit("/", 1)[0])
+                self._evaluations[version] = (str(art.manifest.get("created_at", "")), art.path,
+                                              art.manifest.get("temperatures", {}))
+            current[version] = self._evaluations[version]
+        self._evaluations = current
+        if not current:
             return None
-        created, path, manifest = max(found)
-        return {"path": path, "temperatures": manifest.get("temperatures", {})}
+        created, path, temperatures = max(current.values())
+        return {"path": path, "temperatures": temperatures}
 
     def _system(self, key: str) -> tuple[Any, Retriever, str, float | None]:
         """(models, retriever, form, temperature) of system `key`'s fine-tuned reader."""

@@ -3,18 +3,14 @@ endpoint, every bad input as a 4xx with a JSON error, and an index swap under a 
 requests; then the page in a real browser (Debian's chromium) against `realm serve-qa` itself."""
 
 import shutil
-import socket
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from flows.qa_service import create_app
+from flows.qa_service import create_app, serving
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
 from realm_core.graph import Resolver
@@ -94,30 +90,9 @@ def test_no_index_yet_is_a_404_not_a_500(tmp_path: Path, shared_data: Path) -> N
 @pytest.fixture
 def served(root: str) -> Iterator[str]:
     """`realm serve-qa` as a user starts it, on a free loopback port; stopped (and reaped) after."""
-    import httpx
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [str(Path(sys.executable).with_name("realm")), "serve-qa", "--port", str(port), "--preset", "tiny",
-           "--root", root, *(a for o in UNTRAINED for a in ("--set", o))]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 180
-        while True:
-            assert proc.poll() is None, f"serve-qa exited {proc.returncode}: {proc.stdout.read() if proc.stdout else ''}"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "serve-qa did not answer /healthz in 180 s"
-            time.sleep(0.5)
+    with serving(["--preset", "tiny", "--root", root, *(a for o in UNTRAINED for a in ("--set", o))],
+                 timeout=180) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's package (apt-get install chromium) "
