@@ -26,8 +26,8 @@ def _bundled_sources(names: list[str], limits: dict[str, int] | None = None) -> 
     return out
 
 
-# Presets are sized from costs measured on a 2-core laptop (README "Costs"):
-# MiniLM forward 30 seq/s at 288 tokens, so `demo` keeps the corpus near 3-4k blocks.
+# Presets are sized from costs measured on a 2-core laptop; the measurements behind each number
+# are in README ("Presets" and the stage sections), not here.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {
         "ingest": {"sources": _bundled_sources(["wiki-w2v", "wiki-tables", "squad", "dpr"],
@@ -67,44 +67,28 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "demo": {
         "ingest": {"sources": _bundled_sources(["wiki-gensim", "wiki-tables", "wiki-w2v", "squad", "dpr"])},
-        # Blocks of 288 wordpieces (REALM's), embedded whole for the index. Three stages read a
-        # shorter view of them, each for its cost on 2 cores, each recorded in its manifest: ICT
-        # 64 (in-batch negatives want many short contexts; 288 would cost about 4x a step),
-        # RetroMAE 96, and pretraining's relevance recompute 128 (the document encoder's forward
-        # and backward over 8 x 3 blocks a step). A config without those three fields gives every
-        # stage the one view `block_length` sets.
+        # Blocks of REALM's 288 wordpieces, embedded whole for the index. ICT, RetroMAE and the
+        # relevance recompute read shorter views of them, for their cost on 2 cores (a config
+        # without those three fields gives every stage the one view `block_length` sets).
         "block_length": 288,
         "masking": {"query_length": 64},
-        # In-batch negatives are what ICT learns from: many short contexts per batch rather
-        # than few long ones. About 7 s/step on 2 cores; no dropout (it doubles a step).
-        # SQuAD-open R@5 by (steps, lr): (100, 5e-5) 0.555, (150, 5e-5) 0.577, (200, 5e-5) 0.578,
-        # (150, 1e-4) 0.587.
+        # ICT learns from in-batch negatives: many short contexts a batch, not few long ones.
         "ict": {"batch_size": 256, "steps": 150, "query_length": 32, "block_length": 64,
                 "learning_rate": 1e-4, "warmup_steps": 10, "dropout": 0.0},
-        # ICT's budget in steps x batch x tokens (150 x 256 x 96). The decoder's full-vocabulary
-        # loss at every position makes a step cost far more than ICT's: 45 s on 2 quiet cores (the
-        # train column of README's table). README's comparison trains every warm start
-        # 40 steps (`make warm-start-table`); the full 150 is a GPU run.
+        # ICT's budget in steps x batch x tokens; README's warm-start table trains each 40 steps.
         "retromae": {"batch_size": 256, "steps": 150, "block_length": 96, "learning_rate": 1e-4,
                      "warmup_steps": 10, "dropout": 0.0},
-        # about 2.5 s/step on 2 cores (8 x 4 reader sequences of 128, 24 blocks re-embedded).
-        # The encoders learn at a tenth of the reader's rate: at the full rate 150 steps of a
-        # reader that barely uses retrieval yet halved the ICT retriever's open-QA recall@5.
-        # MiniLM ships no MLM head, so the reader first learns masked LM on the blocks (300 steps
-        # of 32 x 128); without it 150 steps left held-out span accuracy at 1/128 with retrieval
-        # and without. One article in 10 is held out, 512 of its masked spans evaluated.
+        # MiniLM ships no MLM head: the reader learns masked LM on the blocks first. The encoders
+        # learn at a tenth of the reader's rate (at the full rate they lost recall; README).
         "pretrain": {"top_k": 4, "reader_length": 128, "doc_length": 128, "batch_size": 8,
                      "reader_mlm": {"steps": 300},
                      "learning_rate": 1e-4, "retriever_lr_scale": 0.1, "steps": 150, "warmup_steps": 15, "refresh_every": 50,
                      "dropout": 0.0, "heldout_every": 10, "eval_every": 50, "eval_examples": 512,
                      "checkpoint_every": 25},
-        # The span reader reads each SQuAD-open train question's own paragraph first (one
-        # paragraph a question, about 3 s per step of 16 on 2 cores), the checkpoint chosen by
-        # EM on 300 dev questions' paragraphs; every system starts from it (REALM from its own
-        # reader). The demo runs no open-domain phase (steps 0): `make openqa-table` does.
-        # Reader rows of 384 wordpieces hold the question and a whole 288-wordpiece block.
-        # NQ/WQ/CT: the first 200 test questions (their answers are mostly not in a 4k-block
-        # corpus; the answerable subset is reported beside the full split).
+        # The span reader reads each SQuAD-open train question's own paragraph (checkpoint chosen
+        # by EM on 300 dev questions' paragraphs); every system starts from it, REALM from its
+        # own reader. No open-domain phase here (`make openqa-table`). Reader rows of 384 hold
+        # the question and a whole block. NQ/WQ/CT: their first 200 test questions.
         "finetune": {"batch_size": 8, "steps": 0, "warmup_steps": 10, "learning_rate": 5e-5, "dropout": 0.0,
                      "gold_passage": {"steps": 300, "batch_size": 16, "learning_rate": 1e-4, "warmup_steps": 30,
                                       "eval_every": 75, "patience": 2},
