@@ -29,7 +29,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from realm_core.errors import MissingIndexError, RealmError
+from realm_core.errors import MissingArtifactError, MissingIndexError, RealmError
 from realm_core.query import QueryEngine
 
 PAGE = Path(__file__).with_name("qa_page.html")
@@ -42,7 +42,7 @@ def create_app(engine: QueryEngine) -> FastAPI:
 
     @app.exception_handler(RealmError)
     def bad_request(_: Request, e: RealmError) -> JSONResponse:
-        status = 404 if isinstance(e, MissingIndexError) else 400
+        status = 404 if isinstance(e, MissingIndexError | MissingArtifactError) else 400
         return JSONResponse({"error": str(e)}, status_code=status)
 
     @app.exception_handler(RequestValidationError)

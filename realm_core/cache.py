@@ -10,13 +10,14 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
 from realm_core.artifacts import Artifact, ArtifactStore, ArtifactWriter, StageResult
-from realm_core.errors import ArtifactError
+from realm_core.errors import ArtifactError, MissingArtifactError
 
 # Modules that carry artifacts, configs and errors around but compute nothing a stage writes:
 # left out of code hashes, so that a new config field or a reworded error is not a cache miss
@@ -87,6 +88,21 @@ def artifact_key(config_hash: str, inputs: Mapping[str, str]) -> str:
     return h.hexdigest()[:20]
 
 
+_EXISTING_ONLY: ContextVar[bool] = ContextVar("existing_artifacts_only", default=False)
+
+
+@contextmanager
+def existing_artifacts_only() -> Iterator[None]:
+    """Inside it a cache miss is a MissingArtifactError instead of a computed stage: the query
+    side serves what the pipeline produced (a question that started a training run would hold
+    its request for minutes)."""
+    token = _EXISTING_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _EXISTING_ONLY.reset(token)
+
+
 class Configured(Protocol):
     """What a stage config offers the cache (every `StageConfig` does)."""
 
@@ -132,6 +148,9 @@ class CachedStage:
     def hit(self) -> StageResult | None:
         """The published artifact of this key (None on a miss, or always when forced)."""
         found = None if self.force else self.store.lookup(self.kind, self.key)
+        if found is None and _EXISTING_ONLY.get():
+            raise MissingArtifactError(f"{self.store.root}: no {self.kind} artifact for this config and code "
+                                       f"({self.kind}/{self.key})")
         return None if found is None else self._result(found, cached=True)
 
     @contextmanager

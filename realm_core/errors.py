@@ -39,6 +39,11 @@ class MissingIndexError(QueryError):
     """A search of the current index before any index version was built."""
 
 
+class MissingArtifactError(QueryError):
+    """The query side needs an artifact the pipeline has not produced for this config and code
+    (it serves what exists and never trains)."""
+
+
 def unreadable_input(path: object, expected: str, error: OSError) -> InputError:
     """The one place an OS error on a user's input file becomes an InputError: the file, what
     the stage expected there, and the cause in words (no traceback)."""

@@ -2,7 +2,8 @@
 
 `QueryEngine` resolves what it needs through the stage graph (the blocks, a retriever's
 encoders, a system's fine-tuned reader: cache hits after `make demo`) and keeps each loaded model
-for the next query. A dense search embeds the query with the retriever's query encoder against
+for the next query. It never computes a stage: what the pipeline has not produced for this config
+and code is a MissingArtifactError naming the stage. A dense search embeds the query with the retriever's query encoder against
 the block embeddings of its document encoder (the ones its index holds); `ask` reads the top-k
 blocks with the system's fine-tuned span reader in the form and retrieval temperature that the
 newest evaluation chose on dev, or the training ones when there is no evaluation yet.
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef
-from realm_core.errors import MissingIndexError, QueryError
-from realm_core.graph import Resolver, qa_keys, qa_system, stage
+from realm_core.cache import existing_artifacts_only
+from realm_core.errors import MissingArtifactError, MissingIndexError, QueryError
+from realm_core.graph import Hook, Resolver, Stage, StageInputs, StageRun, qa_keys, qa_system, stage
 from realm_core.openqa.finetune import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.openqa.retrievers import (
@@ -67,6 +69,10 @@ def check_query(text: str, limit: int, what: str = "query") -> str:
     return stripped
 
 
+def no_index(store: Any) -> MissingIndexError:
+    return MissingIndexError(f"{store.root}/index: no index built yet (run `realm refresh-index`)")
+
+
 class CurrentIndex(Retriever):
     """The index version `index/CURRENT` names (what the nightly refresh-index moves forward),
     queried with the query encoder that belongs to its document encoder (the sibling
@@ -84,7 +90,7 @@ class CurrentIndex(Retriever):
         super().__init__(blocks, top_k)
         self.step = current_step(store)
         if self.step is None:
-            raise MissingIndexError(f"{Path(store.root) / 'index'}: no index built yet (run `realm refresh-index`)")
+            raise no_index(store)
         self.index, art = load_index(store, self.step)
         doc = str(art.manifest["encoder_checkpoint"])
         sibling = Path(doc).parent / "query_encoder"
@@ -103,8 +109,24 @@ class CurrentIndex(Retriever):
         return Proposal(np.asarray(block_ids, dtype=np.int64), np.asarray(scores, dtype=np.float32))
 
 
+def existing_only(hook: Hook) -> Hook:
+    """A resolver hook that runs `hook` with cache misses refused, naming the stage that has
+    not run and what produces it (each upstream stage is resolved through its own call)."""
+    def run(s: Stage, inputs: StageInputs) -> StageRun:
+        try:
+            with existing_artifacts_only():
+                return hook(s, inputs)
+        except MissingArtifactError as e:
+            raise MissingArtifactError(
+                f"stage {s.name!r} has not run with this config and code in {inputs.store.root}; the query "
+                f"side serves what the pipeline produced: run `make demo`, or `realm pipeline` with the same "
+                f"--preset/--config/--set (then `realm evaluate` for a fine-tuned system) ({e})") from None
+    return run
+
+
 class QueryEngine:
     def __init__(self, stages: Resolver) -> None:
+        stages = Resolver(stages.cfg, stages.store, existing_only(stages.hook), progress=stages.progress)
         self.stages, self.cfg = stages, stages.cfg
         self._blocks: BlockStore | None = None
         self._loaded: dict[str, Any] = {}
@@ -140,7 +162,12 @@ class QueryEngine:
         encoder = RetrieverEncoder.from_pretrained(query_encoder_dir).eval()
         sources = Sources(self.stages.store, self.stages.ref("chunk"), system.doc_embed, encoder, self.tokenizer,
                           self.cfg.finetune.question_length)
-        return RETRIEVERS["dense"].build(self.blocks, self.cfg.query.max_k, sources)
+        try:
+            with existing_artifacts_only():  # the blocks embedded by its document encoder, not embedded here
+                return RETRIEVERS["dense"].build(self.blocks, self.cfg.query.max_k, sources)
+        except MissingArtifactError as e:
+            raise MissingArtifactError(f"{key}: its document encoder's block embeddings are not in the store; "
+                                       f"`realm evaluate --system {key}` computes them ({e})") from None
 
     def loaded_models(self) -> list[str]:
         """What is loaded so far: searchers (`search:NAME`) and askable systems."""
@@ -152,7 +179,10 @@ class QueryEngine:
         from realm_core.retrieval.versions import current_step
 
         loaded: CurrentIndex | None = self._loaded.get("search:index")
-        if loaded is None or current_step(self.stages.store) != loaded.step:
+        step = current_step(self.stages.store)
+        if step is None:
+            raise no_index(self.stages.store)  # before the blocks are asked for: the index is what is missing
+        if loaded is None or step != loaded.step:
             loaded = CurrentIndex(self.blocks, self.cfg.query.max_k, self.stages.store, self.tokenizer,
                                   self.cfg.finetune.question_length)
             self._loaded["search:index"] = loaded

@@ -258,6 +258,22 @@ def test_cached_stage_writes_once_then_hits_and_force_rewrites(store: ArtifactSt
     assert other.key != CachedStage(store, "documents", {"rows": 2}, {"x": "h"}).key and other.hit is None
 
 
+def test_existing_artifacts_only_refuses_a_miss_and_still_serves_a_hit(store: ArtifactStore) -> None:
+    from realm_core.cache import existing_artifacts_only
+    from realm_core.errors import MissingArtifactError
+
+    cache = CachedStage(store, "documents", {"rows": 1}, {"x": "h"})
+    with existing_artifacts_only(), pytest.raises(MissingArtifactError, match=f"documents/{cache.key}"):
+        assert cache.hit is None
+    assert cache.hit is None  # outside it a miss is a miss again
+    with cache.write() as out:
+        out.table("documents").write([_doc(0)])
+        out.extra_manifest["stats"] = {"documents": 1}
+    with existing_artifacts_only():
+        hit = cache.hit
+    assert hit is not None and hit.stats == {"documents": 1}
+
+
 def test_cached_stage_refuses_an_artifact_without_stats(store: ArtifactStore) -> None:
     cache = CachedStage(store, "documents", {"rows": 1}, {})
     with pytest.raises(ArtifactError, match="no stats"):

@@ -85,6 +85,10 @@ def test_no_index_yet_is_a_404_not_a_500(tmp_path: Path, shared_data: Path) -> N
         r = c.get("/search", params={"q": "Warsaw"})
         assert r.status_code == 404 and "no index built yet" in r.json()["error"]
         assert c.get("/healthz").json()["index_version"] is None
+        # the query side never computes a stage: nothing was ingested, so nothing is answered
+        r = c.get("/ask", params={"q": "Where is Warsaw?", "system": "bm25"})
+        assert r.status_code == 404 and "stage 'ingest' has not run" in r.json()["error"], r.text
+    assert not (tmp_path / "empty" / "documents").exists()
 
 
 @pytest.fixture
@@ -153,3 +157,11 @@ def test_a_new_index_version_is_swapped_in_while_requests_stream(client: TestCli
     assert client.get("/healthz").json()["index_version"] == 4
     assert client.get("/search", params={"q": "Normans", "k": 1}).json()["index_version"] == 4
     assert versions == sorted(versions) and versions[0] == 0
+
+
+def test_serve_qa_on_an_empty_root_exits_with_the_reason(tmp_path: Path) -> None:
+    """No artifacts to serve: serve-qa stops with its error, and `serving` reports it rather than
+    waiting for a /healthz that will never answer."""
+    with pytest.raises(RuntimeError, match=r"serve-qa exited with 2: .*error: stage 'ingest' has not run"), \
+            serving(["--preset", "tiny", "--root", str(tmp_path / "empty")], timeout=120):
+        pass
