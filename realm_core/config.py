@@ -273,6 +273,20 @@ class PipelineConfig(StageConfig):
                 out[section] = value.model_copy(update={name: length})
         return out
 
+    @model_validator(mode="after")
+    def _readers_hold_a_query_and_a_block(self) -> PipelineConfig:
+        """A reader row `[CLS] query [SEP] title [SEP] body [SEP]` must hold its query and at least
+        one wordpiece of a block's body, or every row would read nothing: refused before any step."""
+        for reader, query, what in ((f"pretrain.reader_length={self.pretrain.reader_length}",
+                                     self.masking.query_length, "masking.query_length"),
+                                    (f"finetune.reader_length={self.finetune.reader_length}",
+                                     self.finetune.question_length, "finetune.question_length")):
+            length = int(reader.split("=")[1])
+            if length < query + 3:
+                raise ValueError(f"{reader} cannot hold a {what}={query} query and one wordpiece of a block "
+                                 f"(it needs at least {query + 3})")
+        return self
+
     def block_views(self) -> dict[str, int]:
         """`stage.field` -> the wordpieces of a block that stage reads (differing views are
         a choice a preset makes for cost, and README says which)."""

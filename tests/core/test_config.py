@@ -82,3 +82,14 @@ def test_config_hash_ignores_execution_fields_only() -> None:
     for change, same in (({"checkpoint_every": 7}, True), ({"steps": 9}, False)):
         nested = pretrain.model_copy(update={"reader_mlm": pretrain.reader_mlm.model_copy(update=change)})
         assert (nested.config_hash() == pretrain.config_hash()) is same, change
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["finetune.question_length=64", "finetune.reader_length=66"], "finetune.reader_length=66 cannot hold a "
+     "finetune.question_length=64 query and one wordpiece of a block"),
+    (["masking.query_length=64", "pretrain.reader_length=60"], "pretrain.reader_length=60 cannot hold"),
+])
+def test_a_reader_too_short_for_its_query_is_refused_before_any_step(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config("demo", overrides=overrides)
+    assert load_config("demo", overrides=["finetune.question_length=64", "finetune.reader_length=67"])
