@@ -198,9 +198,11 @@ class OpenQAEvalConfig(StageConfig):
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
 
     datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
-    systems: tuple[Literal["none", "bm25", "ict", "realm"], ...] = Field(
+    systems: tuple[Literal["none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader"], ...] = Field(
         ("none", "bm25", "ict", "realm"), description="Table 1 rows: none (null block only), bm25, "
-        "ict (ORQA-like), realm (left out when pretrain.retrieval is null_only)")
+        "ict (ORQA-like), realm; and the 2x2's crossings ict_realm_reader (ICT's encoders, REALM's reader) and "
+        "realm_baseline_reader (REALM's encoders, the baseline reader); those built from REALM pretraining "
+        "are left out when pretrain.retrieval is null_only")
     split: Literal["train", "dev", "test"] = "test"
     question_limits: dict[str, int] = Field(
         default_factory=dict, description="dataset -> first N questions evaluated (all if absent)")

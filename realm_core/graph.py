@@ -23,7 +23,9 @@ from realm_core.progress import NoProgress, Progress
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
 RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)
-QA_SYSTEMS = ("none", "bm25", "ict", "realm")
+QA_SYSTEMS = ("none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader")
+# the open-QA systems built from REALM pretraining's artifacts (its encoders or its reader)
+PRETRAINED_SYSTEMS = frozenset({"realm", "ict_realm_reader", "realm_baseline_reader"})
 
 
 @dataclass
@@ -213,9 +215,10 @@ def _warm_start(cfg: PipelineConfig) -> tuple[str, ...]:
 
 
 def qa_keys(cfg: PipelineConfig) -> list[str]:
-    """The open-QA systems evaluated: `openqa_eval.systems`, REALM only when pretraining retrieves."""
+    """The open-QA systems evaluated: `openqa_eval.systems`, those built from REALM pretraining
+    only when pretraining retrieves."""
     return [k for k in dict.fromkeys(cfg.openqa_eval.systems)
-            if k != "realm" or cfg.pretrain.retrieval == "realm"]
+            if k not in PRETRAINED_SYSTEMS or cfg.pretrain.retrieval == "realm"]
 
 
 def _reader_start(cfg: PipelineConfig) -> tuple[str, ...]:
@@ -224,7 +227,7 @@ def _reader_start(cfg: PipelineConfig) -> tuple[str, ...]:
 
 def _qa_upstream(key: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
     def upstream(cfg: PipelineConfig) -> tuple[str, ...]:
-        own = {"none": (), "bm25": (), "ict": ("ict",), "realm": ("ict", "pretrain")}[key]
+        own = ("ict", "pretrain") if key in PRETRAINED_SYSTEMS else {"none": (), "bm25": (), "ict": ("ict",)}[key]
         return ("chunk", "questions", *_reader_start(cfg), *own)
     return upstream
 

@@ -32,7 +32,7 @@ from realm_core.openqa.retrievers import (
 )
 
 SEARCHERS = ("index", "bm25", "ict", "realm")
-ASKABLE = ("bm25", "ict", "realm")
+ASKABLE = ("bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader")
 
 
 @dataclass

@@ -109,8 +109,8 @@ def prediction_row(item: dict[str, Any], answer: Any) -> dict[str, Any]:
 @app.command()
 def ask(question: Annotated[str | None, typer.Argument(help="the question")] = None,
         system: Annotated[str | None, typer.Option(
-            help="bm25, ict or realm [default: the best by SQuAD-open dev EM in the newest evaluation, "
-                 "else bm25]")] = None,
+            help="bm25, ict, realm, ict_realm_reader or realm_baseline_reader [default: the best by "
+                 "SQuAD-open dev EM in the newest evaluation, else bm25]")] = None,
         questions: Annotated[Path | None, typer.Option(
             "--questions", help="many questions: one per line, or JSONL with 'question' (and 'answers')")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="JSONL predictions of --questions")] = None,

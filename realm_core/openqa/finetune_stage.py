@@ -13,6 +13,12 @@ A system is a retriever + a reader start:
 | ICT (ORQA-like) | ICT encoders, index frozen     | the baseline reader                       |
 | REALM           | REALM's encoders, index frozen | REALM's knowledge-augmented encoder       |
 
+Two more rows cross retriever and reader start, so that what REALM pretraining does for the
+retriever and for the reader separate (the 2x2 of ICT or REALM encoders x baseline or REALM
+reader): `ict_realm_reader` (ICT's encoders, REALM's reader) and `realm_baseline_reader`
+(REALM's encoders, the baseline reader). They share the gold-paragraph phase of their reader
+start with the rows above, so they cost an open phase and an evaluation each.
+
 The baseline reader plays BERT's part in the paper (ORQA's reader starts from BERT, REALM's from
 BERT + REALM pretraining): `pretrain.reader_encoder`, or the reader masked-LM warm-up REALM
 itself starts from (`finetune.reader_start`). Every system gets the same budgets; each
@@ -82,8 +88,10 @@ class QASystem:
         return out
 
 
-SYSTEM_KEYS = ("none", "bm25", "ict", "realm")
-SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM"}
+SYSTEM_KEYS = ("none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader")
+SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM",
+                "ict_realm_reader": "ICT retriever + REALM's reader",
+                "realm_baseline_reader": "REALM's retriever + baseline reader"}
 
 
 def check_system_keys(keys: list[str]) -> list[str]:
@@ -104,8 +112,14 @@ def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed
         systems.append(QASystem("ict", SYSTEM_NAMES["ict"], "dense", encoder, f"{ict_ref.path}/query_encoder",
                                 embed.model_copy(update={"doc_encoder": f"{ict_ref.path}/doc_encoder"})))
     if realm_ref is not None:
-        systems.append(QASystem("realm", SYSTEM_NAMES["realm"], "dense", f"{realm_ref.path}/reader", f"{realm_ref.path}/query_encoder",
-                                embed.model_copy(update={"doc_encoder": f"{realm_ref.path}/doc_encoder"})))
+        realm_reader = f"{realm_ref.path}/reader"
+        encoders = {"ict": ict_ref, "realm": realm_ref}
+        for key, retriever, reader in (("realm", "realm", realm_reader), ("ict_realm_reader", "ict", realm_reader),
+                                       ("realm_baseline_reader", "realm", encoder)):
+            ref = encoders[retriever]
+            if ref is not None:
+                systems.append(QASystem(key, SYSTEM_NAMES[key], "dense", reader, f"{ref.path}/query_encoder",
+                                        embed.model_copy(update={"doc_encoder": f"{ref.path}/doc_encoder"})))
     return systems
 
 

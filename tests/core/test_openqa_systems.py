@@ -1,0 +1,35 @@
+"""The open-QA systems of REALM Table 1 and the 2x2 that separates what REALM pretraining does
+for the retriever from what it does for the reader: built from refs alone, no model loaded."""
+
+from realm_core.artifacts import ArtifactRef
+from realm_core.config import load_config
+from realm_core.graph import closure, qa_keys, stage
+from realm_core.openqa.finetune_stage import qa_systems
+
+
+def test_the_2x2_crosses_encoders_and_reader_starts() -> None:
+    cfg = load_config("tiny")
+    ict, realm = ArtifactRef("retriever", "/a/retriever/ict", "h1"), ArtifactRef("realm_model", "/a/realm_model/r", "h2")
+    systems = {s.key: s for s in qa_systems(ict, realm, cfg.embed, "bundled:base")}
+    assert list(systems) == ["none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader"]
+    cells = {k: (s.query_encoder, s.doc_embed.doc_encoder if s.doc_embed else None, s.reader)
+             for k, s in systems.items() if s.retrieval == "dense"}
+    assert cells == {
+        "ict": ("/a/retriever/ict/query_encoder", "/a/retriever/ict/doc_encoder", "bundled:base"),
+        "realm": ("/a/realm_model/r/query_encoder", "/a/realm_model/r/doc_encoder", "/a/realm_model/r/reader"),
+        "ict_realm_reader": ("/a/retriever/ict/query_encoder", "/a/retriever/ict/doc_encoder", "/a/realm_model/r/reader"),
+        "realm_baseline_reader": ("/a/realm_model/r/query_encoder", "/a/realm_model/r/doc_encoder", "bundled:base"),
+    }
+    # without REALM pretraining only the rows that do not need it exist
+    assert [s.key for s in qa_systems(ict, None, cfg.embed)] == ["none", "bm25", "ict"]
+
+
+def test_crossed_systems_are_stages_that_need_pretraining_and_leave_with_it() -> None:
+    both = ["openqa_eval.systems=[bm25, ict_realm_reader, realm_baseline_reader]"]
+    cfg = load_config("tiny", overrides=both)
+    assert qa_keys(cfg) == ["bm25", "ict_realm_reader", "realm_baseline_reader"]
+    for key in ("ict_realm_reader", "realm_baseline_reader"):
+        assert {"ict", "pretrain"} <= set(stage(f"finetune_{key}").upstream(cfg))
+    assert "finetune_ict_realm_reader" in closure(cfg, ["openqa_eval"])
+    null = load_config("tiny", overrides=[*both, "pretrain.retrieval=null_only"])
+    assert qa_keys(null) == ["bm25"]
