@@ -279,14 +279,14 @@ class PipelineConfig(StageConfig):
     def _readers_hold_a_query_and_a_block(self) -> PipelineConfig:
         """A reader row `[CLS] query [SEP] title [SEP] body [SEP]` must hold its query and at least
         one wordpiece of a block's body, or every row would read nothing: refused before any step."""
-        for reader, query, what in ((f"pretrain.reader_length={self.pretrain.reader_length}",
-                                     self.masking.query_length, "masking.query_length"),
-                                    (f"finetune.reader_length={self.finetune.reader_length}",
-                                     self.finetune.question_length, "finetune.question_length")):
-            length = int(reader.split("=")[1])
-            if length < query + 3:
-                raise ValueError(f"{reader} cannot hold a {what}={query} query and one wordpiece of a block "
-                                 f"(it needs at least {query + 3})")
+        checks = ((f"pretrain.reader_length={self.pretrain.reader_length}", self.pretrain.reader_length,
+                   self.masking.query_length + 4, f"masking.query_length={self.masking.query_length}"),
+                  (f"finetune.reader_length={self.finetune.reader_length}", self.finetune.reader_length,
+                   self.finetune.min_reader_length, f"finetune.question_length={self.finetune.question_length}"))
+        for name, length, least, query in checks:
+            if length < least:
+                raise ValueError(f"{name} cannot hold a {query} query and one wordpiece of a block (it needs "
+                                 f"at least {least})")
         return self
 
     def block_views(self) -> dict[str, int]:

@@ -116,7 +116,7 @@ READER_MLM_METRICS = TableSchema("reader_mlm_metrics", 1, pa.schema([
     ("learning_rate", pa.float64()),
 ]))
 
-FINETUNE_CURVE = TableSchema("finetune_curve", 2, pa.schema([
+FINETUNE_CURVE = TableSchema("finetune_curve", 3, pa.schema([
     ("phase", pa.string()),          # gold_passage | open (the system's own retrieval)
     ("step", pa.int64()),
     ("loss", pa.float64()),          # -log p(y|x) over the batch; NaN: no question had a gold span
@@ -126,6 +126,7 @@ FINETUNE_CURVE = TableSchema("finetune_curve", 2, pa.schema([
     ("no_gold_span", pa.int64()),    # of those, answer text retrieved but no span within the span
                                      # limit matches as whole wordpieces (they teach nothing)
     ("dev_em", pa.float64()),        # dev exact match where evaluated, else null
+    ("row_tokens", pa.int64()),      # reader-row positions computed this step, padding included
     ("wall_seconds", pa.float64()),  # since the phase started (resumes included)
 ]))
 

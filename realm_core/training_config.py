@@ -141,6 +141,10 @@ class ReaderBudget(StageConfig):
     eval_every: int = Field(0, ge=0, description="steps between dev exact-match evaluations; the best "
                             "weights are kept (0: no evaluation, the last weights)")
     patience: int = Field(0, ge=0, description="evaluations without a gain before stopping (0: never)")
+    group_by_length: bool = Field(False, description="gold-paragraph phase: batches of paragraphs of similar "
+                                  "length (each epoch's seeded order cut into pools of 50 batches, each pool "
+                                  "sorted by row length), so rows pad to their own batch's longest, not to a "
+                                  "random batch's")
     seed: int = 0
 
 
@@ -188,6 +192,12 @@ class FinetuneConfig(StageConfig):
     seed: int = 0
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
     precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+
+    @property
+    def min_reader_length(self) -> int:
+        """The shortest reader row that holds a whole question, a title separator and one body
+        wordpiece: `[CLS] question [SEP] x [SEP] body [SEP]`."""
+        return self.question_length + 4
 
     def budget(self) -> ReaderBudget:
         """The open-domain phase's budget."""

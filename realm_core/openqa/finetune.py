@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,14 @@ import torch
 from realm_core.answers import exact_match, normalize_answer
 from realm_core.config import FinetuneConfig, ReaderBudget
 from realm_core.distributed import Placement
-from realm_core.openqa.reading import BlockStore, QAQuestion, answer_ids, gold_tensor, reader_rows
+from realm_core.openqa.reading import (
+    BlockStore,
+    QAQuestion,
+    answer_ids,
+    gold_row_lengths,
+    gold_tensor,
+    reader_rows,
+)
 from realm_core.openqa.retrievers import Proposal, Retriever
 from realm_core.openqa.span_reader import SpanReader, span_log_probs, span_marginal_likelihood
 from realm_core.progress import NoProgress, Progress
@@ -76,9 +84,14 @@ def answer_correct(prediction: str, q: QAQuestion) -> bool:
     return exact_match(prediction, q.answers)
 
 
-def epoch_batch(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+def epoch_batch(n: int, batch_size: int, seed: int, step: int, lengths: Sequence[int] | None = None) -> list[int]:
     """Question indices of `step`: the questions in a seeded order, epoch after epoch, each
-    question once per epoch (a function of seed and step, so a resumed run draws the same)."""
+    question once per epoch (a function of seed and step, so a resumed run draws the same).
+    With `lengths` (each question's reader-row length) the epoch's batches are grouped by length
+    (`length_grouped_epoch`); an epoch is then ceil(n / batch_size) batches."""
+    if lengths is not None:
+        epoch, index = divmod(step, math.ceil(n / batch_size))
+        return length_grouped_epoch(lengths, batch_size, seed, epoch)[index]
     out: list[int] = []
     position = step * batch_size
     while len(out) < min(batch_size, n):
@@ -88,6 +101,22 @@ def epoch_batch(n: int, batch_size: int, seed: int, step: int) -> list[int]:
         out += order[offset:offset + take].tolist()
         position += take
     return out
+
+
+def length_grouped_epoch(lengths: Sequence[int], batch_size: int, seed: int, epoch: int,
+                         pool: int = 50) -> list[list[int]]:
+    """One epoch's batches of similar length: the questions in the seeded order `epoch_batch`
+    uses, cut into pools of `pool` batches, each pool sorted by length and cut into batches, the
+    batches then in a seeded order (so long and short batches alternate through the epoch)."""
+    rng = np.random.default_rng(step_seed(seed, epoch, stream=7))
+    order = rng.permutation(len(lengths))
+    size = np.asarray(lengths)
+    batches: list[list[int]] = []
+    for s in range(0, len(order), pool * batch_size):
+        chunk = order[s:s + pool * batch_size]
+        chunk = chunk[np.argsort(size[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size].tolist() for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def retrieval_log_p(retriever: Retriever, questions: list[QAQuestion], proposal: Any,
@@ -155,12 +184,14 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
     progress.advance(start)
     stale = sum(1 for r in curves.steps if r.get("dev_em") is not None and r["step"] > curves.best_step)
     began = time.monotonic() - wall
+    lengths = (gold_row_lengths(questions, blocks, tokenizer, config.question_length, config.reader_length)
+               if budget.group_by_length else None)
     for step in range(start, budget.steps):
         if budget.patience and stale >= budget.patience:
             curves.stopped_early = True
             break
         # get batch: the next questions of the epoch; those with a gold span retrieved
-        batch_q = [questions[i] for i in epoch_batch(len(questions), budget.batch_size, budget.seed, step)]
+        batch_q = [questions[i] for i in epoch_batch(len(questions), budget.batch_size, budget.seed, step, lengths)]
         proposal = retriever.propose(batch_q)  # (B, K)
         usable = [i for i, row in enumerate(proposal.ids) if any(blocks.holds_answer(batch_q[i], int(z)) for z in row)]
         lr = learning_rate_at(step, budget.learning_rate, budget.warmup_steps, budget.steps)
@@ -169,7 +200,7 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
         optimizer.zero_grad(set_to_none=True)
         row: dict[str, Any] = {"step": float(step + 1), "learning_rate": lr, "loss": float("nan"),
                                "with_gold": len(usable) / max(len(batch_q), 1), "questions": float(len(usable)),
-                               "dev_em": None}
+                               "dev_em": None, "row_tokens": 0}
         mine = place.shard(usable)  # this rank's slice of the batch
         log_p_y = torch.zeros(0)
         if mine:
@@ -180,6 +211,7 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
             rows = reader_rows(q_ids, sub.ids, blocks, config.reader_length, tokenizer.sep_token_id,
                                tokenizer.pad_token_id)
             gold = gold_tensor(rows, [answer_ids(q, tokenizer) for q in batch], config.max_span_length)
+            row["row_tokens"] = int(rows.input_ids.numel())
             with torch.set_grad_enabled(train_retriever), place.autocast():
                 log_p_z = retrieval_log_p(retriever, batch, sub, config.train_temperature(retriever.name))  # (B, K)
             with place.autocast():

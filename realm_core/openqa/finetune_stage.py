@@ -167,10 +167,10 @@ def _retriever(store: ArtifactStore, blocks_ref: ArtifactRef, system: QASystem, 
 
 
 def _check_reader_length(config: FinetuneConfig) -> None:
-    if config.reader_length < config.question_length + 4:
+    if config.reader_length < config.min_reader_length:
         raise ConfigError(f"finetune.reader_length {config.reader_length} cannot hold a question of "
                           f"finetune.question_length {config.question_length} and one body wordpiece "
-                          f"(at least {config.question_length + 4})")
+                          f"(at least {config.min_reader_length})")
 
 
 def _curve(rows: list[dict[str, Any]]) -> str:
@@ -182,7 +182,9 @@ def _curve(rows: list[dict[str, Any]]) -> str:
 
 def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
     seen = int(sum(r["questions"] for r in curves.steps))
+    tokens = [r.get("row_tokens", 0) for r in curves.steps]
     return {"steps_run": len(curves.steps), "examples_seen": seen,
+            "mean_row_tokens": round(float(np.mean(tokens)), 1) if tokens else 0.0,
             "no_gold_span": int(sum(r.get("no_gold_span", 0) for r in curves.steps)),
             "epochs": round(seen / max(n_questions, 1), 3),
             "wall_seconds": round(curves.steps[-1]["wall_seconds"], 1) if curves.steps else 0.0,

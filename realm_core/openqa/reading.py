@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from realm_core.answers import has_answer, regex_match, token_string
+from realm_core.errors import ConfigError
 from realm_core.openqa.span_reader import gold_spans
 from realm_core.retrieval.embed import pad_sequences
 
@@ -124,6 +125,24 @@ def reader_rows(question_ids: list[list[int]], block_ids: np.ndarray, blocks: Bl
         token_types[i, :len(ty)] = torch.tensor(ty, dtype=torch.long)
     return ReaderRows(ids.view(b, k, t), attention.view(b, k, t), token_types.view(b, k, t),
                       body_mask.view(b, k, t), starts, lens, truncated)
+
+
+def gold_row_lengths(questions: list[QAQuestion], blocks: BlockStore, tokenizer: Any, question_length: int,
+                     reader_length: int) -> list[int]:
+    """Each question's reader row on its gold passage, in wordpieces (`reader_rows`' layout, cut
+    to `reader_length`): the length a gold-paragraph batch pads to its longest of."""
+    without = [q.qid for q in questions if q.passage is None]
+    if without:
+        raise ConfigError(f"gold_passage.group_by_length groups gold-paragraph rows by length; question "
+                          f"{without[0]!r} (and {len(without) - 1} more) has no gold passage")
+    q_ids = tokenizer([q.question for q in questions], truncation=True, max_length=question_length,
+                      return_attention_mask=False)["input_ids"]
+    out = []
+    for q, ids in zip(questions, q_ids, strict=True):
+        assert q.passage is not None
+        title, body, _ = blocks.pieces(q.passage)
+        out.append(min(len(ids) + len(title) + len(body) + 2, reader_length))
+    return out
 
 
 def gold_tensor(rows: ReaderRows, answers: list[list[list[int]]], max_span_length: int) -> torch.Tensor:

@@ -85,11 +85,11 @@ def test_config_hash_ignores_execution_fields_only() -> None:
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["finetune.question_length=64", "finetune.reader_length=66"], "finetune.reader_length=66 cannot hold a "
+    (["finetune.question_length=64", "finetune.reader_length=67"], "finetune.reader_length=67 cannot hold a "
      "finetune.question_length=64 query and one wordpiece of a block"),
     (["masking.query_length=64", "pretrain.reader_length=60"], "pretrain.reader_length=60 cannot hold"),
 ])
 def test_a_reader_too_short_for_its_query_is_refused_before_any_step(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config("demo", overrides=overrides)
-    assert load_config("demo", overrides=["finetune.question_length=64", "finetune.reader_length=67"])
+    assert load_config("demo", overrides=["finetune.question_length=64", "finetune.reader_length=68"])

@@ -17,10 +17,11 @@ from realm_core.openqa.finetune import (
     answer_correct,
     epoch_batch,
     fit_temperature,
+    length_grouped_epoch,
     predict,
     train_reader,
 )
-from realm_core.openqa.reading import BlockStore, QAQuestion, reader_rows
+from realm_core.openqa.reading import BlockStore, QAQuestion, gold_row_lengths, reader_rows
 from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, Retriever
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -170,6 +171,35 @@ def test_epoch_batches_see_every_question_once_per_epoch() -> None:
     assert sorted(epoch_batch(3, 8, 0, 0)) == [0, 1, 2]  # a batch larger than the set: each once
 
 
+def test_length_grouped_batches_see_every_question_once_and_pad_less() -> None:
+    lengths = [int(x) for x in np.random.default_rng(0).integers(20, 380, size=1000)]
+    batches = length_grouped_epoch(lengths, 16, seed=3, epoch=0, pool=10)
+    assert len(batches) == 63 and sorted(i for b in batches for i in b) == list(range(1000))
+    assert batches == length_grouped_epoch(lengths, 16, seed=3, epoch=0, pool=10)  # a function of (seed, epoch)
+    assert batches != length_grouped_epoch(lengths, 16, seed=3, epoch=1, pool=10)
+    padded = np.mean([max(lengths[i] for i in b) for b in batches])
+    shuffled = np.mean([max(lengths[i] for i in b) for b in (epoch_batch(1000, 16, 3, s) for s in range(62))])
+    assert padded < 0.75 * shuffled  # rows pad to their own batch's longest: less padding
+    # epoch_batch with lengths walks these batches, epoch after epoch
+    steps = [epoch_batch(1000, 16, 0, s, lengths) for s in range(2 * 63)]
+    assert steps[:63] == length_grouped_epoch(lengths, 16, 0, 0) and steps[63:] == length_grouped_epoch(lengths, 16, 0, 1)
+
+
+def test_gold_row_lengths_follow_reader_rows_and_need_a_passage(tiny_bert: str) -> None:
+    from realm_core.errors import ConfigError
+
+    tok = load_tokenizer(tiny_bert)
+    blocks = BlockStore([], [], tok)
+    qs = [QAQuestion(q.qid, q.question, q.answers, passage=blocks.add_passage(TITLES[i], TEXTS[i]))
+          for i, q in zip((0, 1, 2, 4), QUESTIONS, strict=True)]
+    q_ids = [tok(q.question, truncation=True, max_length=24)["input_ids"] for q in qs]
+    rows = reader_rows(q_ids, np.array([[q.passage] for q in qs]), blocks, 48, tok.sep_token_id, tok.pad_token_id)
+    assert gold_row_lengths(qs, blocks, tok, 24, 48) == rows.attention_mask.sum(-1).flatten().tolist()
+    assert gold_row_lengths(qs, blocks, tok, 24, 20) == [20] * 4  # cut as the rows are
+    with pytest.raises(ConfigError, match="question 'q0' .* has no gold passage"):
+        gold_row_lengths(QUESTIONS, blocks, tok, 24, 48)
+
+
 def test_gold_passage_phase_learns_and_keeps_the_best_dev_checkpoint(tiny_bert: str, tmp_path: Path) -> None:
     """The reader alone on each question's own passage (K=1), selected by dev exact match;
     after the dev score stops improving for `patience` evaluations the run stops early."""
@@ -180,8 +210,10 @@ def test_gold_passage_phase_learns_and_keeps_the_best_dev_checkpoint(tiny_bert: 
     assert blocks.add_passage(TITLES[0], TEXTS[0]) == qs[0].passage  # one id per passage
     models = QAModels(SpanReader.from_pretrained(tiny_bert, 4, seed=0), None)
     config = _config(form="joint")
-    budget = ReaderBudget(steps=60, batch_size=2, learning_rate=3e-3, warmup_steps=0, eval_every=4, patience=3)
+    budget = ReaderBudget(steps=60, batch_size=2, learning_rate=3e-3, warmup_steps=0, eval_every=4, patience=3,
+                          group_by_length=True)
     curves = train_reader(models, GoldPassage(blocks, 1), qs, blocks, tok, config, budget, tmp_path, dev=qs)
+    assert all(r["row_tokens"] > 0 for r in curves.steps)  # what each step computed, padding included
     evals = [r["dev_em"] for r in curves.steps if r["dev_em"] is not None]
     assert curves.best_dev_em == max(evals) == 1.0
     assert curves.stopped_early and len(curves.steps) < 60
