@@ -171,18 +171,18 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
 
     rows: list[dict[str, Any]] = []
     top = max(config.ks)
-    progress.start("evaluate retrievers", len(systems), "systems")
-    for s in systems:
+    for n, s in enumerate(systems, 1):
         block_vectors = query_encoder = None
-        if s.kind == "dense":
+        if s.kind == "dense":  # its document encoder's embeddings: a progress bar of their own when computed
             assert s.query_encoder is not None and s.doc_embed is not None
-            emb = run_embed_blocks(store, blocks_ref, s.doc_embed)
+            emb = run_embed_blocks(store, blocks_ref, s.doc_embed, progress)
             art = store.open(emb.ref, kind="embeddings")
             block_vectors = load_embeddings(Path(art.path) / "embeddings", art.manifest["embeddings"],
                                             len(doc_ids))  # (N, D)
             e = s.doc_embed
             query_encoder = RetrieverEncoder.from_pretrained(s.query_encoder, e.projection_dim, e.pooling,
                                                              e.seed, e.normalize)
+        progress.start(f"evaluate retriever {n}/{len(systems)} ({s.name})", len(tasks), "question sets")
         for task in tasks:
             qs = task.questions.questions
             depth = min(config.depth, len(task.candidates))
@@ -202,8 +202,8 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
                       "question": q.question, "first_hit": int(h),
                       "top_block_ids": [int(b) for b in r[:top]]}
                      for q, h, r in zip(qs, hits, ranked, strict=True)]
-        progress.advance(1)
-    progress.finish()
+            progress.advance(1)
+        progress.finish()
     results = {t.questions.name: {"questions": len(t.questions.questions), "blocks": len(t.candidates),
                                   "dropped": t.questions.dropped,
                                   "metrics": list(next(iter(t.results.values()))),
