@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
     args = ap.parse_args()
-    cfg = load_config(args.preset)
+    cfg = load_config(args.preset, overrides=["retrieval_eval.reference_rows=true"])  # README's table has them
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
     stages = Resolver(cfg, store)

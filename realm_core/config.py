@@ -158,6 +158,8 @@ class RetrievalEvalConfig(StageConfig):
     depth: int = Field(100, ge=1, description="ranked blocks kept per question; MRR@depth")
     query_length: int = Field(64, ge=8)
     batch_size: int = Field(64, ge=1)
+    reference_rows: bool = Field(True, description="also the untrained projection and off-the-shelf MiniLM "
+                                 "mean pooling (each embeds the corpus once more; bench/retrieval.py always has them)")
 
 
 QuestionKind = Literal["nq_open", "dpr_topics", "webquestions", "curatedtrec", "squad"]

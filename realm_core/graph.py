@@ -151,7 +151,8 @@ def _retrieval_eval(i: StageInputs) -> StageResult:
     from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
 
     c = i.cfg
-    systems = standard_systems(_ref(i, "ict"), c.embed, c.ict.encoder, c.ict.projection_dim, c.ict.seed)
+    systems = standard_systems(_ref(i, "ict"), c.embed, c.ict.encoder, c.ict.projection_dim, c.ict.seed,
+                               references=c.retrieval_eval.reference_rows)
     return run_evaluate_retrieval(i.store, _ref(i, "chunk"), systems, c.retrieval_eval, i.progress)
 
 

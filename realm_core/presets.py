@@ -72,6 +72,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         # without those three fields gives every stage the one view `block_length` sets).
         "block_length": 288,
         "masking": {"query_length": 64},
+        # BM25 and ICT; the two reference rows (two more corpus embeddings) are bench/retrieval.py's.
+        "retrieval_eval": {"reference_rows": False},
         # ICT learns from in-batch negatives: many short contexts a batch, not few long ones.
         "ict": {"batch_size": 256, "steps": 150, "query_length": 32, "block_length": 64,
                 "learning_rate": 1e-4, "warmup_steps": 10, "dropout": 0.0},

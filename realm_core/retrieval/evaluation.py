@@ -221,27 +221,27 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
 
 
 def standard_systems(retriever_ref: ArtifactRef | None, embed: EmbedConfig, encoder: str,
-                     projection_dim: int, seed: int,
-                     others: dict[str, ArtifactRef] | None = None) -> list[RetrieverSystem]:
+                     projection_dim: int, seed: int, others: dict[str, ArtifactRef] | None = None,
+                     references: bool = True) -> list[RetrieverSystem]:
     """BM25, the untrained projection (the warm start's own starting point), the warm-started
     retriever when given, other warm starts by name (`others`, e.g. RetroMAE), and off-the-shelf
-    all-MiniLM mean pooling as a labelled reference."""
+    all-MiniLM mean pooling as a labelled reference. Without `references`, BM25 and the trained
+    retrievers alone (the two reference rows each embed the whole corpus once more)."""
     from realm_core.config import BUNDLED_ENCODER
     from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 
-    systems = [
-        RetrieverSystem("BM25", "bm25"),
-        RetrieverSystem("untrained projection", "dense", encoder, embed.model_copy(update={
+    systems = [RetrieverSystem("BM25", "bm25")]
+    if references:
+        systems.append(RetrieverSystem("untrained projection", "dense", encoder, embed.model_copy(update={
             "doc_encoder": encoder, "projection_dim": projection_dim, "pooling": "cls",
-            "normalize": False, "seed": seed})),
-    ]
+            "normalize": False, "seed": seed})))
     if retriever_ref is not None:
         systems.append(RetrieverSystem("ICT", "dense", query_encoder_dir(retriever_ref),
                                        embed.model_copy(update={"doc_encoder": doc_encoder_dir(retriever_ref)})))
     for name, ref in (others or {}).items():
         systems.append(RetrieverSystem(name, "dense", query_encoder_dir(ref),
                                        embed.model_copy(update={"doc_encoder": doc_encoder_dir(ref)})))
-    if encoder == BUNDLED_ENCODER:
+    if references and encoder == BUNDLED_ENCODER:
         systems.append(RetrieverSystem(
             "all-MiniLM-L6-v2 mean pooling", "dense", encoder,
             embed.model_copy(update={"doc_encoder": encoder, "projection_dim": 0, "pooling": "mean",

@@ -82,6 +82,10 @@ def test_tiny_evaluation_measures_every_system_in_one_run(shared_data: Path, tmp
     assert rows.num_rows == 4 * (squad["questions"] + results["dpr-nq-sample"]["questions"])
     assert "| BM25 |" in result.report
     assert run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval).cached is True
+    # the demo's pipeline leaves the two reference rows (two corpus embeddings) to bench/retrieval.py
+    lean = standard_systems(retriever.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim, cfg.ict.seed,
+                            references=False)
+    assert [s.name for s in lean] == ["BM25", "ICT"] and not load_config("demo").retrieval_eval.reference_rows
     # a corpus without the SQuAD articles cannot be evaluated on SQuAD-open
     with pytest.raises(ConfigError, match="SQuAD-open needs the SQuAD articles"):
         run_evaluate_retrieval(store, blocks.ref, systems[:1],
