@@ -109,13 +109,15 @@ def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, rea
                                                  "dpr_path": None, "ks": (5, 20)})
     result = run_evaluate_retrieval(store, resolver.ref("chunk"), systems, ecfg)
     assert result.ref is not None
-    rows = store.open(result.ref).read_table("retrieval_results").to_pylist()
+    art = store.open(result.ref)
+    rows = art.read_table("retrieval_results").to_pylist()
     hits = {name: [r["first_hit"] for r in rows if r["system"] == name] for name in ("before", "after")}
     if [r["qid"] for r in rows if r["system"] == "before"] != [r["qid"] for r in rows if r["system"] == "after"]:
         raise SystemExit("zero-shot: the two systems were scored on different questions")
+    recall = art.manifest["results"]["squad-open"]["systems"]  # the stage's own recall_metrics
     out: dict = {"questions": len(hits["before"]), "articles": list(dev.articles), "warm_start": cfg.pretrain.warm_start}
-    for name, h in hits.items():
-        out[name] = {f"R@{k}": sum(1 for x in h if 0 < x <= k) / len(h) for k in (5, 20)}
+    for name in hits:
+        out[name] = {f"R@{k}": recall[name][f"R@{k}"] for k in (5, 20)}
     for k in (5, 20):
         delta, lo, hi = paired_bootstrap([0 < x <= k for x in hits["after"]], [0 < x <= k for x in hits["before"]])
         out[f"R@{k} after - before"] = {"delta": delta, "ci95": [lo, hi]}
