@@ -56,8 +56,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="stage.field=value over the preset, repeatable (e.g. ict.steps=150)")
     args = ap.parse_args()
-    cfg = load_config(args.preset, overrides=["retrieval_eval.reference_rows=true"])  # README's table has them
+    # README's table has the reference rows
+    cfg = load_config(args.preset, overrides=[*args.overrides, "retrieval_eval.reference_rows=true"])
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
     stages = Resolver(cfg, store)
