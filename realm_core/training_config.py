@@ -145,6 +145,9 @@ class ReaderBudget(StageConfig):
                                   "length (each epoch's seeded order cut into pools of 50 batches, each pool "
                                   "sorted by row length), so rows pad to their own batch's longest, not to a "
                                   "random batch's")
+    negatives: int = Field(0, ge=0, description="gold-paragraph phase: BM25's best-ranked blocks that hold "
+                           "no answer, read beside each gold paragraph (DPR's hard negatives), so the joint "
+                           "softmax learns to reject a block; each adds a corpus-block row per question")
     seed: int = 0
 
 

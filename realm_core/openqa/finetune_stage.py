@@ -192,13 +192,15 @@ def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
 
 
 def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: FinetuneConfig,
-                    progress: Progress | None = None) -> StageResult | None:
+                    progress: Progress | None = None, blocks_ref: ArtifactRef | None = None) -> StageResult | None:
     """The span reader trained on each training question's gold passage (`finetune.gold_passage`),
-    checkpoint chosen by dev exact match on the dev questions' gold passages. Retriever-free, so
-    one artifact per reader start serves every system. None when the phase has no steps."""
+    with `gold_passage.negatives` BM25 hard negatives from the corpus (`blocks_ref`) beside it,
+    checkpoint chosen by dev exact match on the dev questions' gold passages (and their
+    negatives). Independent of the systems' retrievers, so one artifact per reader start serves
+    every system. None when the phase has no steps."""
     from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement
-    from realm_core.openqa.retrievers import GoldPassage
+    from realm_core.openqa.retrievers import GoldPassage, GoldWithNegatives
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.stage import encoder_hash
 
@@ -207,13 +209,19 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
         return None
     _check_reader_length(config)
     section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
+    if budget.negatives and blocks_ref is None:
+        raise ConfigError("finetune.gold_passage.negatives reads hard negatives from the corpus; "
+                          "this caller gave no blocks artifact")
     inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
-              "code": code_version((__name__,), ("torch", "transformers"))}
+              "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
+    if budget.negatives:
+        assert blocks_ref is not None
+        inputs["blocks"] = blocks_ref.content_hash
     cache = CachedStage(store, READER_KIND, section, inputs)
     if cache.hit:
         return cache.hit
     tokenizer = load_tokenizer(reader_start)
-    blocks = _blocks(store, None, tokenizer)
+    blocks = _blocks(store, blocks_ref if budget.negatives else None, tokenizer)
     questions = [q for q in load_questions(store, questions_ref, config.dataset, config.split, blocks=blocks)
                  if q.passage is not None]
     if not questions:
@@ -224,9 +232,11 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     reader = SpanReader.from_pretrained(reader_start, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, None)
     checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
-    curves = train_reader(models, GoldPassage(blocks, 1), questions, blocks, tokenizer, config, budget,
+    retriever = GoldWithNegatives(blocks, 1 + budget.negatives) if budget.negatives else GoldPassage(blocks, 1)
+    curves = train_reader(models, retriever, questions, blocks, tokenizer, config, budget,
                           checkpoints, dev, progress, Placement.single())
     stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
+             "negatives": budget.negatives,
              **_budget_stats(curves, len(questions))}
     report = (f"### gold-passage reader from {reader_start}\n\n"
               + _curve([r for r in curves.steps if r["dev_em"] is not None] or curves.steps))
@@ -256,7 +266,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     _check_reader_length(config)
     placement = Placement.from_env(config.device, config.precision)
     with rank_zero_first(placement):  # one process trains the shared gold-passage reader
-        gold = run_gold_reader(store, questions_ref, system.reader, config, progress)
+        gold = run_gold_reader(store, questions_ref, system.reader, config, progress, blocks_ref)
     reader_dir = f"{gold.ref.path}/reader" if gold is not None else system.reader
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",

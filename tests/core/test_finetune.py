@@ -22,7 +22,7 @@ from realm_core.openqa.finetune import (
     train_reader,
 )
 from realm_core.openqa.reading import BlockStore, QAQuestion, gold_row_lengths, reader_rows
-from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, Retriever
+from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, GoldWithNegatives, Retriever
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -219,6 +219,41 @@ def test_gold_passage_phase_learns_and_keeps_the_best_dev_checkpoint(tiny_bert: 
     assert curves.stopped_early and len(curves.steps) < 60
     after = predict(models, GoldPassage(blocks, 1), qs, blocks, tok, config)[None]
     assert all(answer_correct(p.answer, q) for p, q in zip(after, qs, strict=True))  # the best weights
+
+
+def test_hard_negatives_are_bm25s_best_blocks_without_the_answer(tiny_bert: str) -> None:
+    """gold_negatives proposes the gold passage, then BM25's ranking with every block that holds
+    an answer removed; past BM25's depth it fills from a fixed order, never with an answer."""
+    tok = load_tokenizer(tiny_bert)
+    blocks = BlockStore(TITLES, TEXTS, tok)
+    q = QAQuestion("q0", "What is the capital of France?", ("Paris",), passage=blocks.add_passage("France", TEXTS[0]))
+    assert q.passage == 6  # gold passages come after the 6 corpus blocks
+    ranking = [int(z) for z in BM25(blocks, 6).propose([q]).ids[0]]
+    expected = [z for z in ranking if z != 0][:2]  # block 0 holds "Paris"
+    assert GoldWithNegatives(blocks, 3).propose([q]).ids.tolist() == [[6, *expected]]
+    shallow = GoldWithNegatives(blocks, 4, depth=1).propose([q]).ids[0].tolist()
+    assert shallow[0] == 6 and len(set(shallow[1:])) == 3 and 0 not in shallow[1:]
+    everywhere = QAQuestion("q9", "Which city is a capital?", ("capital",), passage=q.passage)
+    with pytest.raises(ValueError, match="fewer than 2 blocks without the answer"):
+        GoldWithNegatives(blocks, 3).propose([everywhere])  # only Zürich's block lacks "capital"
+
+
+def test_gold_phase_with_hard_negatives_learns_to_pick_the_gold_block(tiny_bert: str, tmp_path: Path) -> None:
+    """With negatives beside each gold passage the joint softmax spans both, and the reader
+    learns to answer from the gold block rather than from a block without the answer."""
+    tok = load_tokenizer(tiny_bert)
+    blocks = BlockStore(TITLES, TEXTS, tok)
+    qs = [QAQuestion(q.qid, q.question, q.answers, passage=blocks.add_passage(TITLES[i], TEXTS[i]))
+          for i, q in zip((0, 1, 2, 4), QUESTIONS, strict=True)]
+    models = QAModels(SpanReader.from_pretrained(tiny_bert, 4, seed=0), None)
+    config = _config(form="joint")
+    budget = ReaderBudget(steps=60, batch_size=2, learning_rate=3e-3, warmup_steps=0, eval_every=4, patience=3,
+                          negatives=1)
+    retriever = GoldWithNegatives(blocks, 2)
+    curves = train_reader(models, retriever, qs, blocks, tok, config, budget, tmp_path, dev=qs)
+    assert curves.best_dev_em == 1.0
+    after = predict(models, retriever, qs, blocks, tok, config)[None]
+    assert [p.block for p in after] == [q.passage for q in qs]
 
 
 def test_segment_ids_mark_the_block_and_cuts_are_counted(tiny_bert: str) -> None:
