@@ -149,3 +149,28 @@ def test_quality_on_hand_labelled_sentences() -> None:
     assert scores["date"].recall >= 0.90 and scores["date"].precision >= 0.90
     assert scores["entity"].recall >= 0.70 and scores["entity"].overlap_recall >= 0.80
     assert scores["all"].precision >= 0.80
+
+
+def test_a_doc_stream_that_ends_early_is_an_error_not_a_shorter_artifact() -> None:
+    """Every block sent to spaCy must come back; spaCy's shutdown warning W127 is counted, other
+    warnings still reach the user."""
+    import warnings
+    from collections import deque
+
+    from realm_core.spans.mining import count_worker_exits, load_ner, mine_docs
+
+    nlp = load_ner("en_core_web_sm")
+    backend = load_wordpieces(BUNDLED_ENCODER)
+    docs = list(nlp.pipe(["Paris is in France.", "Rome is in Italy."]))
+    stats: Counter[str] = Counter()
+    rows = list(mine_docs(iter(docs), deque([7, 9]), backend, frozenset({"GPE"}), stats))
+    assert [r[0][0]["block_id"] for r in rows] == [7, 9]
+    with pytest.raises(ArtifactError, match=r"a Doc for 2 of the 3 non-empty blocks sent \(first missing: block 11\)"):
+        list(mine_docs(iter(docs), deque([7, 9, 11]), backend, frozenset({"GPE"}), Counter()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("[W127] Not all `Language.pipe` worker processes completed successfully", UserWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    with pytest.warns(UserWarning, match="something else"):
+        count_worker_exits(caught, stats)
+    assert stats["spacy_worker_exits_nonzero"] == 1
