@@ -191,11 +191,12 @@ class GoldWithNegatives(Retriever):
     def __init__(self, blocks: BlockStore, top_k: int, depth: int = 50) -> None:
         super().__init__(blocks, top_k)
         self.negatives = top_k - 1
+        self.gold = GoldPassage(blocks, 1)
         self.bm25 = BM25(blocks, min(depth, blocks.corpus_size))
         self._fallback = np.random.default_rng(0).permutation(blocks.corpus_size)
 
     def propose(self, questions: list[QAQuestion]) -> Proposal:
-        gold = GoldPassage(self.blocks, 1).propose(questions).ids  # (B, 1)
+        gold = self.gold.propose(questions).ids  # (B, 1)
         ranked = self.bm25.propose(questions).ids  # (B, depth)
         rows = []
         for q, g, candidates in zip(questions, gold, ranked, strict=True):
