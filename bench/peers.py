@@ -26,3 +26,22 @@ def bare_reader_loss(reader: Any, reader_batch: Any) -> Any:
     targets = reader_batch.targets
     gold = log_probs.gather(-1, targets.unsqueeze(1).expand(-1, k, -1).unsqueeze(-1))
     return -gold.mean()
+
+
+def doc_encoder_loss(doc_encoder: Any, reader_batch: Any, data: Any, doc_length: int, device: Any = "cpu") -> Any:
+    """The document encoder's forward on a step's B x (k-1) retrieved blocks, summed: with its
+    backward, the compute that recomputing p(z|x) with gradient (REALM §3.4) cannot skip."""
+    from realm_core.pretrain.batches import doc_encoder_inputs
+
+    retrieved = reader_batch.block_ids[:, 1:].ravel()  # (B*(K-1),)
+    inputs = doc_encoder_inputs(retrieved[retrieved >= 0], data.blocks, data.tokenizer, doc_length)
+    return doc_encoder(**{k: v.to(device) for k, v in inputs.items()}).sum()
+
+
+def query_encoder_loss(query_encoder: Any, examples: list[Any], tokenizer: Any, device: Any = "cpu") -> Any:
+    """The query encoder's forward on a step's B masked queries, summed (the retriever's other
+    unavoidable compute)."""
+    from realm_core.retrieval.embed import pad_sequences
+
+    ids, mask = pad_sequences([ex.input_ids for ex in examples], tokenizer.pad_token_id)
+    return query_encoder(ids.to(device), mask.to(device)).sum()

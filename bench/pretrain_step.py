@@ -40,11 +40,10 @@ from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import load_config, work_dir
 from realm_core.graph import Resolver
-from realm_core.pretrain.batches import BlockTexts, doc_encoder_inputs
+from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
 from realm_core.pretrain.refresh import IndexHandle
-from realm_core.retrieval.embed import pad_sequences
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
@@ -52,7 +51,7 @@ from realm_core.spans.masking import iter_examples
 from realm_core.training import adamw
 
 sys.path.insert(0, str(ROOT / "bench"))
-from peers import bare_reader_loss, write_result  # noqa: E402
+from peers import bare_reader_loss, doc_encoder_loss, query_encoder_loss, write_result  # noqa: E402
 
 
 def time_modes(models, optimizer, handle, data, config, batches):  # type: ignore[no-untyped-def]
@@ -72,18 +71,13 @@ def time_modes(models, optimizer, handle, data, config, batches):  # type: ignor
         optimizer.step()
 
     def doc_encoder_step(reader_batch):  # type: ignore[no-untyped-def]
-        """The document encoder forward + backward on the step's B x (k-1) retrieved blocks."""
-        retrieved = reader_batch.block_ids[:, 1:].ravel()  # (B*(K-1),)
-        inputs = doc_encoder_inputs(retrieved[retrieved >= 0], data.blocks, data.tokenizer, config.doc_length)
         optimizer.zero_grad()
-        models.doc_encoder(**inputs).sum().backward()
+        doc_encoder_loss(models.doc_encoder, reader_batch, data, config.doc_length).backward()
         optimizer.step()
 
     def query_encoder_step(batch):  # type: ignore[no-untyped-def]
-        """The query encoder forward + backward on the step's B masked queries."""
-        ids, mask = pad_sequences([ex.input_ids for ex in batch], data.tokenizer.pad_token_id)
         optimizer.zero_grad()
-        models.query_encoder(ids, mask).sum().backward()
+        query_encoder_loss(models.query_encoder, batch, data.tokenizer).backward()
         optimizer.step()
 
     stale = config.model_copy(update={"relevance": "index"})

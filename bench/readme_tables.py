@@ -327,6 +327,25 @@ def projection_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def gpu_table(result: dict) -> str:
+    lines = [f"| {result['device']}, torch {result['torch']} | blocks/s (4,160 demo blocks) | ratio |",
+             "|---|---:|---:|"]
+    for shape, r in result["shapes"].items():
+        for run, e in r["embedding"]["runs"].items():
+            lines.append(f"| {shape}: {run} | {e['blocks_per_s']:,.0f} | {e['ratio']:.2f}x |")
+    lines += ["", "| REALM step (bf16, k=8, dropout 0.1) | examples | step (s) | examples/s | bare reader (s) | "
+              "unavoidable (s) | vs bare reader | vs unavoidable | CPU: search + batching (s) | peak GPU memory (GB) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for shape, r in result["shapes"].items():
+        st = r["pretrain_step"]
+        lines.append(f"| {shape}, reader {st['reader_length']}, blocks {st['doc_length']} | {st['examples_per_step']} | "
+                     f"{st['realm_step_s']:.3f} | {st['realm_examples_per_s']:,.1f} | {st['bare_reader_step_s']:.3f} | "
+                     f"{st['unavoidable_step_s']:.3f} | {100 * st['overhead']:+.0f}% | "
+                     f"{100 * st['overhead_vs_unavoidable']:+.0f}% | "
+                     f"{st['host_search_s'] + st['host_batching_s']:.3f} | {st['peak_memory_gb']:.1f} |")
+    return "\n".join(lines)
+
+
 def serve_table(result: dict) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
@@ -362,7 +381,8 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
                                             "openqa_bm25": openqa_table, "openqa_bm25_2ep": openqa_table,
                                             "warm_start": warm_start_table, "scaling": scaling_table,
-                                            "projection": projection_table, "serve": serve_table}
+                                            "projection": projection_table, "serve": serve_table,
+                                            "gpu": gpu_table}
 
 
 def main() -> None:
