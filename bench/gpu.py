@@ -104,7 +104,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
     import torch
 
     from realm_core.bert import load_tokenizer
-    from realm_core.retrieval.embed import embed_texts
+    from realm_core.retrieval.embed import embed_texts, embed_token_ids
     from realm_core.retrieval.encoders import RetrieverEncoder
 
     tok = load_tokenizer(str(model_dir))
@@ -121,29 +121,41 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
                 out.append(encoder.projection(hidden[:, 0]).float().cpu().numpy())
         return np.concatenate(out)
 
+    def tokenize() -> list[list[int]]:
+        ids: list[list[int]] = tok(titles, bodies, truncation="only_second", max_length=288,
+                                   return_attention_mask=False)["input_ids"]
+        return ids
+
+    ids = tokenize()
     results: dict[str, Any] = {}
     vectors: dict[str, np.ndarray] = {}
     runs = {"raw transformers forward, padded to 288, fp32 (peer)": raw,
             "realm embed_texts, fp32": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch),
             "realm embed_texts, bf16 autocast": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch,
-                                                                    precision="bf16")}
+                                                                    precision="bf16"),
+            "realm embed_token_ids on ids tokenised beforehand, bf16 autocast":
+                lambda: embed_token_ids(encoder, ids, tok.pad_token_id, batch, precision="bf16")}
     for name, fn in runs.items():
         fn()  # warm-up (kernels, allocator)
         box: dict[str, np.ndarray] = {}
         seconds = timed(lambda fn=fn, box=box: box.update(v=fn()), device)
         vectors[name] = box["v"]
         results[name] = {"seconds": seconds, "blocks_per_s": len(titles) / seconds}
+    # the tokeniser alone: with the pre-tokenised run above, it splits the bf16 run into its
+    # host side and its encoder loop, so a host-bound embedding shows
+    tokenize_s = timed(tokenize, device)
     peer = next(iter(results))
     for name, r in results.items():
         r["ratio"] = r["blocks_per_s"] / results[peer]["blocks_per_s"]
         a, b = vectors[peer], vectors[name]
         cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         r["min_cosine_to_peer"] = float(cos.min())
-    return {"blocks": len(titles), "batch_size": batch, "runs": results}
+    return {"blocks": len(titles), "batch_size": batch, "tokenize_s": tokenize_s,
+            "tokenize_blocks_per_s": len(titles) / tokenize_s, "runs": results}
 
 
 def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, reader_length: int,
-               doc_length: int, batch: int, steps: int) -> dict[str, Any]:
+               doc_length: int, batch: int, steps: int, profile: Path | None = None) -> dict[str, Any]:
     import torch
     from peers import (  # bench/pretrain_step.py's peers
         bare_reader_loss,
@@ -223,7 +235,16 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times: dict[str, list[float]] = {k: [] for k in ("realm", "bare", "doc_encoder", "query_encoder", "search",
-                                                     "batching")}
+                                                     "batching", "realm_without_cudnn_attention")}
+    # cuDNN's fused attention, which PyTorch prefers on Hopper, against the other fused kernels:
+    # the first profile put most of the step's host time in cuDNN attention calls
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    without_cudnn = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+    def realm_step_without_cudnn(b: list[Any]) -> None:
+        with sdpa_kernel(without_cudnn):
+            realm_step(b)
+
     for i, b in enumerate(batches):  # interleaved on the same inputs; the first two are warm-ups
         box: dict[str, Any] = {}
         realm = timed(lambda b=b, box=box: box.update(r=realm_step(b)), device)
@@ -234,9 +255,24 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
         query = timed(lambda b=b: compute_step(lambda: query_encoder_loss(models.query_encoder, b, tok, device)),
                       device)
         search, batching = host_work(b)
+        other = timed(lambda b=b: realm_step_without_cudnn(b), device)
         if i >= 2:
-            for k, v in zip(times, (realm, bare, doc, query, search, batching), strict=True):
+            for k, v in zip(times, (realm, bare, doc, query, search, batching, other), strict=True):
                 times[k].append(v)
+    if profile is not None:  # where a step's time goes: torch.profiler over three more steps
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        activities = [torch.profiler.ProfilerActivity.CPU] + (
+            [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with torch.profiler.profile(activities=activities) as prof:
+            for b in batches[:3]:
+                timed(lambda b=b: realm_step(b), device)
+        table = prof.key_averages()
+        sections = [f"torch.profiler, 3 REALM steps of {batch} examples (bf16={precision == 'bf16'})"]
+        for key in ("self_cpu_time_total", "self_device_time_total" if device.type == "cuda" else ""):
+            if key:
+                sections += [f"\n## sorted by {key}\n", table.table(sort_by=key, row_limit=30)]
+        profile.write_text("\n".join(sections) + "\n")
+        print(f"wrote {profile}")
     med = {k: float(np.median(v)) for k, v in times.items()}
     unavoidable = med["bare"] + med["doc_encoder"] + med["query_encoder"]
     return {"examples_per_step": batch, "top_k": 8, "reader_length": reader_length, "doc_length": doc_length,
@@ -245,11 +281,13 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
             "doc_encoder_step_s": med["doc_encoder"], "query_encoder_step_s": med["query_encoder"],
             "unavoidable_step_s": unavoidable, "overhead_vs_unavoidable": med["realm"] / unavoidable - 1.0,
             "host_search_s": med["search"], "host_batching_s": med["batching"],
+            "realm_step_without_cudnn_attention_s": med["realm_without_cudnn_attention"],
             "realm_examples_per_s": batch / med["realm"],
             "peak_memory_gb": (torch.cuda.max_memory_allocated() / 2**30) if device.type == "cuda" else None}
 
 
-def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, batch: int | None) -> None:
+def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, batch: int | None,
+            with_profile: bool = False) -> None:
     import pyarrow.parquet as pq
     import torch
 
@@ -268,16 +306,20 @@ def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, 
     for shape, (overrides, reader_length, doc_length, per_step) in SHAPES.items():
         model_dir = random_bert(inputs, shape, overrides)
         emb = embedding_bench(model_dir, titles, bodies, device, 256)
-        step = step_bench(model_dir, blocks, examples, device, reader_length, doc_length, batch or per_step, steps)
+        profile = out.parent / f"profile_{shape.split()[0]}.txt" if (out and with_profile) else None
+        step = step_bench(model_dir, blocks, examples, device, reader_length, doc_length, batch or per_step, steps,
+                          profile)
         result["shapes"][shape] = {"embedding": emb, "pretrain_step": step}
         for run, r in emb["runs"].items():
             print(f"{shape} | {run}: {r['blocks_per_s']:,.0f} blocks/s, {r['ratio']:.2f}x, "
                   f"min cosine {r['min_cosine_to_peer']:.4f}")
+        print(f"{shape} | the tokeniser alone: {emb['tokenize_blocks_per_s']:,.0f} blocks/s")
         print(f"{shape} | REALM step {step['realm_step_s']:.3f} s ({step['realm_examples_per_s']:.1f} examples/s) "
               f"vs bare reader {step['bare_reader_step_s']:.3f} s: overhead {100 * step['overhead']:.0f}%; vs the "
               f"compute it cannot avoid {step['unavoidable_step_s']:.3f} s (reader + document encoder + query "
               f"encoder): {100 * step['overhead_vs_unavoidable']:+.0f}%; CPU side: search "
-              f"{step['host_search_s']:.3f} s, batching {step['host_batching_s']:.3f} s")
+              f"{step['host_search_s']:.3f} s, batching {step['host_batching_s']:.3f} s; the step with cuDNN "
+              f"attention off {step['realm_step_without_cudnn_attention_s']:.3f} s")
     text = json.dumps(result, indent=2) + "\n"
     keep = [] if max_blocks is not None else [ROOT / "bench" / "results" / "gpu.json"]
     for target in [*keep, *([out] if out else [])]:
@@ -294,11 +336,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     ap.add_argument("--max-blocks", type=int, help="check the script on the first N blocks (no measurement)")
     ap.add_argument("--batch", type=int, help="examples per pretraining step (default: per shape)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also write a torch.profiler table of three REALM steps per shape beside --out")
     args = ap.parse_args()
     if args.export:
         export(args.export)
     else:
-        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch)
+        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch, args.profile)
 
 
 if __name__ == "__main__":
