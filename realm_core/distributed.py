@@ -41,12 +41,26 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+def attention_kernels(device: torch.device, cudnn: bool = False) -> contextlib.AbstractContextManager[Any]:
+    """The fused attention kernels a forward on `device` may use. On CUDA, cuDNN's is left out
+    unless asked for: PyTorch prefers it on Hopper, and profiled on an H200 its calls spent
+    several times their kernel time on the host at this project's shapes (padded lengths change
+    every batch), which left the GPU idle most of a REALM step. Flash and memory-efficient
+    attention compute the same softmax(QK^T)V; elsewhere this changes nothing."""
+    if device.type != "cuda" or cudnn:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 @dataclass(frozen=True)
 class Placement:
     device: torch.device
     precision: Precision = "fp32"
     rank: int = 0
     world_size: int = 1
+    cudnn_attention: bool = False  # see attention_kernels; True only to measure against it
 
     @classmethod
     def single(cls) -> Placement:
@@ -72,11 +86,15 @@ class Placement:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """bf16 autocast for matrix products (weights and optimizer stay fp32), or nothing."""
-        if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def compute(self) -> Iterator[None]:
+        """The context a model's forward runs in: bf16 autocast for matrix products where asked
+        (weights and optimizer stay fp32) and the attention kernels of `attention_kernels`."""
+        with contextlib.ExitStack() as stack:
+            if self.precision == "bf16":
+                stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
+            stack.enter_context(attention_kernels(self.device, self.cudnn_attention))
+            yield
 
     def shard(self, items: Sequence[Any]) -> list[Any]:
         """This rank's slice of a global batch: items[rank::world]."""

@@ -212,9 +212,9 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
                                tokenizer.pad_token_id)
             gold = gold_tensor(rows, [answer_ids(q, tokenizer) for q in batch], config.max_span_length)
             row["row_tokens"] = int(rows.input_ids.numel())
-            with torch.set_grad_enabled(train_retriever), place.autocast():
+            with torch.set_grad_enabled(train_retriever), place.compute():
                 log_p_z = retrieval_log_p(retriever, batch, sub, config.train_temperature(retriever.name))  # (B, K)
-            with place.autocast():
+            with place.compute():
                 span_scores = models.reader(rows.input_ids.to(place.device), rows.attention_mask.to(place.device),
                                             rows.body_mask.to(place.device),
                                             rows.token_type_ids.to(place.device))  # (B, K, T, L)

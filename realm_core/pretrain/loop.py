@@ -93,7 +93,7 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         scores = torch.zeros((b, 1), device=dev)  # (B, 1): the null block alone, p(null|x) = 1
         batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length).to(dev)
     else:
-        with retriever_grad, place.autocast():
+        with retriever_grad, place.compute():
             ids, mask = pad_sequences([ex.input_ids for ex in examples], tok.pad_token_id)
             q = models.query_encoder(ids.to(dev), mask.to(dev)).float()  # (B, D)
         # the (stale) index proposes; REALM §3.4: trivial retrievals (the query's block) are dropped
@@ -106,7 +106,7 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
             unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
             row_of = {z: i for i, z in enumerate(unique)}
             inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length)
-            with retriever_grad, place.autocast():
+            with retriever_grad, place.compute():
                 d = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (U, D)
             rows = torch.tensor([[row_of.get(int(z), 0) for z in row] for row in batch.block_ids],
                                 device=dev)  # (B, K)
@@ -114,11 +114,11 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         else:
             # the index's stale vectors for the retrieved blocks; only the null block is embedded
             inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
-            with retriever_grad, place.autocast():
+            with retriever_grad, place.compute():
                 null = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (1, D)
             stale = torch.from_numpy(index.index.reconstruct(candidates)).to(dev)  # (B, K-1, D)
             scores = torch.cat([q @ null.T, torch.einsum("bd,bkd->bk", q, stale)], dim=1)  # (B, K)
-    with place.autocast():
+    with place.compute():
         token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
     out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask)
     return out, batch, scores

@@ -90,7 +90,7 @@ def mlm_batch(pieces: list[tuple[list[int], list[int]]], tokenizer: Any, length:
 def mlm_loss(reader: Any, batch: MlmBatch, placement: Placement) -> tuple[torch.Tensor, float]:
     """Mean negative log-likelihood of the chosen wordpieces, and the fraction predicted right."""
     dev = placement.device
-    with placement.autocast():
+    with placement.compute():
         log_probs = reader(batch.input_ids[:, None].to(dev), batch.attention_mask[:, None].to(dev),
                            batch.masked_positions.to(dev))[:, 0]  # (B, M, V)
     targets, mask = batch.targets.to(dev), batch.target_mask.to(dev)

@@ -57,12 +57,14 @@ def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size:
 
     import torch
 
+    from realm_core.distributed import attention_kernels
+
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
     device = next(encoder.parameters()).device
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
                 else contextlib.nullcontext())
     encoder.eval()
-    with torch.inference_mode(), autocast:
+    with torch.inference_mode(), autocast, attention_kernels(device):
         for batch in length_batches([len(x) for x in ids], batch_size):
             input_ids, mask = pad_sequences([ids[i] for i in batch], pad_id)  # (B, T)
             out[batch] = encoder(input_ids.to(device), mask.to(device)).float().cpu().numpy()  # (B, D)

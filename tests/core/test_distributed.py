@@ -31,3 +31,24 @@ def test_devices_resolve_or_are_refused() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA is not available"):
             resolve_device("cuda")
+
+
+def test_compute_leaves_cudnn_attention_out_on_cuda_only_unless_asked() -> None:
+    """The flags `sdpa_kernel` sets are process state, readable without a GPU."""
+    cuda = torch.device("cuda")
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    assert before, "PyTorch enables cuDNN attention by default"
+    with Placement(cuda, "fp32").compute():
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with Placement(cuda, "fp32", cudnn_attention=True).compute(), Placement.single().compute():
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+def test_compute_autocasts_matrix_products_to_bf16_only_when_asked() -> None:
+    a = torch.ones(2, 2)
+    with Placement(torch.device("cpu"), "bf16").compute():
+        assert (a @ a).dtype == torch.bfloat16
+    with Placement.single().compute():
+        assert (a @ a).dtype == torch.float32
