@@ -167,6 +167,7 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     from realm_core.config import PretrainConfig
     from realm_core.distributed import Placement
     from realm_core.pretrain.batches import (
+        NULL_BLOCK,
         BlockTexts,
         doc_encoder_inputs,
         reader_batch,
@@ -229,7 +230,8 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
         t1 = time.perf_counter()
         candidates = retrieve_candidates(ranked, b, texts, config.top_k - 1, config.exclusion)
         reader_batch(b, candidates, texts, tok, config.reader_length)
-        doc_encoder_inputs(np.unique(candidates[candidates >= 0]), texts, tok, config.doc_length)
+        unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})  # as realm_forward
+        doc_encoder_inputs(np.asarray(unique), texts, tok, config.doc_length)
         return t1 - t0, time.perf_counter() - t1
 
     if device.type == "cuda":
@@ -262,9 +264,8 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
                 timed(lambda b=b: realm_step(b), device)
         table = prof.key_averages()
         sections = [f"torch.profiler, 3 REALM steps of {batch} examples (bf16={precision == 'bf16'})"]
-        for key in ("self_cpu_time_total", "self_device_time_total" if device.type == "cuda" else ""):
-            if key:
-                sections += [f"\n## sorted by {key}\n", table.table(sort_by=key, row_limit=30)]
+        for key in ["self_cpu_time_total"] + (["self_device_time_total"] if device.type == "cuda" else []):
+            sections += [f"\n## sorted by {key}\n", table.table(sort_by=key, row_limit=30)]
         profile.write_text("\n".join(sections) + "\n")
         print(f"wrote {profile}")
     med = {k: float(np.median(v)) for k, v in times.items()}

@@ -341,11 +341,11 @@ def gpu_table(result: dict) -> str:
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for shape, r in result["shapes"].items():
         st = r["pretrain_step"]
-        # which of the two attention choices the script's own step used depends on its version
-        with_cudnn = st.get("realm_step_with_cudnn_attention_s", st["realm_step_s"])
-        without = st.get("realm_step_without_cudnn_attention_s", st["realm_step_s"])
-        if "realm_step_without_cudnn_attention_s" not in st and "realm_step_with_cudnn_attention_s" not in st:
-            without = float("nan")
+        # before 29769a0 the script's own step used cuDNN attention and timed the other as its variant
+        if "realm_step_with_cudnn_attention_s" in st:
+            with_cudnn, without = st["realm_step_with_cudnn_attention_s"], st["realm_step_s"]
+        else:
+            with_cudnn, without = st["realm_step_s"], st["realm_step_without_cudnn_attention_s"]
         u = st["unavoidable_step_s"]
         lines.append(f"| {shape}, reader {st['reader_length']}, blocks {st['doc_length']} | {st['examples_per_step']} | "
                      f"{with_cudnn:.3f} | {without:.3f} | {st['bare_reader_step_s']:.3f} | {u:.3f} | "

@@ -44,8 +44,8 @@ def resolve_device(spec: str) -> torch.device:
 def attention_kernels(device: torch.device, cudnn: bool = False) -> contextlib.AbstractContextManager[Any]:
     """The fused attention kernels a forward on `device` may use. On CUDA, cuDNN's is left out
     unless asked for: PyTorch prefers it on Hopper, and profiled on an H200 its calls spent
-    several times their kernel time on the host at this project's shapes (padded lengths change
-    every batch), which left the GPU idle most of a REALM step. Flash and memory-efficient
+    several times their kernel time on the host at this project's shapes, which left the GPU
+    idle most of a REALM step. Flash and memory-efficient
     attention compute the same softmax(QK^T)V; elsewhere this changes nothing."""
     if device.type != "cuda" or cudnn:
         return contextlib.nullcontext()

@@ -90,10 +90,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "checkpoint_every": 25},
         # The span reader reads each SQuAD-open train question's own paragraph (checkpoint chosen
         # by EM on 300 dev questions' paragraphs); every system starts from it, REALM from its
-        # own reader. Its rate was chosen on dev among 1e-4, 2e-4 and 4e-4 (README). Batches of paragraphs of similar length pad less (same dev EM, less time:
-        # README). No open-domain phase here (`make openqa-table`). Reader rows of 384 hold the
-        # question and a whole block. NQ/WQ/CT: their first 100 test questions (the demo corpus
-        # holds few of their answers); form and temperature fit on 200 dev questions.
+        # own reader. Its rate was chosen on dev among 1e-4, 2e-4 and 4e-4 (README). Batches of
+        # paragraphs of similar length pad less (same dev EM, less time: README). No open-domain
+        # phase here (`make openqa-table`). Reader rows of 384 hold the question and a whole
+        # block. NQ/WQ/CT: their first 100 test questions (the demo corpus holds few of their
+        # answers); form and temperature fit on 200 dev questions.
         "finetune": {"batch_size": 8, "steps": 0, "warmup_steps": 10, "learning_rate": 5e-5, "dropout": 0.0,
                      "gold_passage": {"steps": 300, "batch_size": 16, "learning_rate": 2e-4, "warmup_steps": 30,
                                       "eval_every": 75, "patience": 2, "group_by_length": True},

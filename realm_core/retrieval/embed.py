@@ -53,18 +53,15 @@ def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size:
                     progress: Progress | None = None, precision: str = "fp32") -> np.ndarray:
     """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order, on
     the encoder's device (bf16 autocast with `precision="bf16"`)."""
-    import contextlib
-
     import torch
 
-    from realm_core.distributed import attention_kernels
+    from realm_core.distributed import Placement
 
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
-    device = next(encoder.parameters()).device
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16"
-                else contextlib.nullcontext())
+    place = Placement(next(encoder.parameters()).device, "bf16" if precision == "bf16" else "fp32")
+    device = place.device
     encoder.eval()
-    with torch.inference_mode(), autocast, attention_kernels(device):
+    with torch.inference_mode(), place.compute():
         for batch in length_batches([len(x) for x in ids], batch_size):
             input_ids, mask = pad_sequences([ids[i] for i in batch], pad_id)  # (B, T)
             out[batch] = encoder(input_ids.to(device), mask.to(device)).float().cpu().numpy()  # (B, D)
