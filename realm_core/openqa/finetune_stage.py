@@ -45,7 +45,7 @@ from realm_core.config import (
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
-from realm_core.openqa.reading import BlockStore, QAQuestion
+from realm_core.openqa.reading import BlockStore, QAQuestion, with_corpus_positives
 from realm_core.openqa.retrievers import RETRIEVERS, Retriever, Sources
 from realm_core.progress import Progress
 
@@ -193,8 +193,9 @@ def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
 
 def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: FinetuneConfig,
                     progress: Progress | None = None, blocks_ref: ArtifactRef | None = None) -> StageResult | None:
-    """The span reader trained on each training question's gold passage (`finetune.gold_passage`),
-    with `gold_passage.negatives` BM25 hard negatives from the corpus (`blocks_ref`) beside it,
+    """The span reader trained on each training question's gold passage (`finetune.gold_passage`;
+    with `positive: block`, the corpus block that holds it, from `blocks_ref`), with
+    `gold_passage.negatives` BM25 hard negatives from the corpus (`blocks_ref`) beside it,
     checkpoint chosen by dev exact match on the dev questions' gold passages (and their
     negatives). Independent of the systems' retrievers, so one artifact per reader start serves
     every system. None when the phase has no steps."""
@@ -209,19 +210,20 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
         return None
     _check_reader_length(config)
     section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
-    if budget.negatives and blocks_ref is None:
-        raise ConfigError("finetune.gold_passage.negatives reads hard negatives from the corpus; "
+    corpus = bool(budget.negatives) or budget.positive == "block"
+    if corpus and blocks_ref is None:
+        raise ConfigError("finetune.gold_passage.negatives and positive=block read blocks of the corpus; "
                           "this caller gave no blocks artifact")
     inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
               "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
-    if budget.negatives:
+    if corpus:
         assert blocks_ref is not None
         inputs["blocks"] = blocks_ref.content_hash
     cache = CachedStage(store, READER_KIND, section, inputs)
     if cache.hit:
         return cache.hit
     tokenizer = load_tokenizer(reader_start)
-    blocks = _blocks(store, blocks_ref if budget.negatives else None, tokenizer)
+    blocks = _blocks(store, blocks_ref if corpus else None, tokenizer)
     questions = [q for q in load_questions(store, questions_ref, config.dataset, config.split, blocks=blocks)
                  if q.passage is not None]
     if not questions:
@@ -229,6 +231,10 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
                           "do); set finetune.gold_passage.steps=0")
     dev = [q for q in load_questions(store, questions_ref, config.dataset, config.dev_split,
                                      config.dev_questions, blocks=blocks) if q.passage is not None]
+    kept = {"train": 0, "dev": 0}
+    if budget.positive == "block":
+        questions, kept["train"] = with_corpus_positives(questions, blocks)
+        dev, kept["dev"] = with_corpus_positives(dev, blocks)
     reader = SpanReader.from_pretrained(reader_start, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, None)
     checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
@@ -236,8 +242,8 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, budget,
                           checkpoints, dev, progress, Placement.single())
     stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
-             "negatives": budget.negatives,
-             **_budget_stats(curves, len(questions))}
+             "negatives": budget.negatives, "positive": budget.positive,
+             "paragraph_kept": kept, **_budget_stats(curves, len(questions))}
     report = (f"### gold-passage reader from {reader_start}\n\n"
               + _curve([r for r in curves.steps if r["dev_em"] is not None] or curves.steps))
     with cache.write() as out:

@@ -7,7 +7,7 @@ Shapes: B questions, K blocks per question, T tokens, L max span length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ class BlockStore:
         self._pieces: dict[int, tuple[list[int], list[int], list[tuple[int, int]]]] = {}
         self._tokens: dict[int, str] = {}
         self._passage_ids: dict[tuple[str, str], int] = {}
+        self._by_title: dict[str, list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -51,6 +52,26 @@ class BlockStore:
             self.titles.append(title)
             self.texts.append(text)
         return self._passage_ids[key]
+
+    def corpus_block_of(self, q: QAQuestion) -> int | None:
+        """The corpus block that stands for a question's gold passage: among the corpus blocks of
+        the passage's title that hold an answer, the one sharing the most words with the passage
+        (the chunker cut the passage's article into these blocks, so that is where its text is);
+        None when no block of that title holds an answer."""
+        if q.passage is None:
+            return None
+        if self._by_title is None:
+            self._by_title = {}
+            for z in range(self.corpus_size):
+                self._by_title.setdefault(self.titles[z], []).append(z)
+        words = set(self.tokens(q.passage).split())
+        best, best_overlap = None, -1
+        for z in self._by_title.get(self.titles[q.passage], []):
+            if self.holds_answer(q, z):
+                overlap = len(words & set(self.tokens(z).split()))
+                if overlap > best_overlap:
+                    best, best_overlap = z, overlap
+        return best
 
     def pieces(self, block: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
         """(title ids, body ids, body character offsets)."""
@@ -79,6 +100,17 @@ class BlockStore:
         if q.match == "regex":
             return regex_match(q.answers, text)
         return has_answer(q.answers, tokens if tokens is not None else self.tokens(block))
+
+
+def with_corpus_positives(questions: list[QAQuestion], blocks: BlockStore) -> tuple[list[QAQuestion], int]:
+    """The questions with each gold passage replaced by its corpus block (`corpus_block_of`), and
+    how many kept their paragraph because no block of its title holds an answer."""
+    out, kept = [], 0
+    for q in questions:
+        block = blocks.corpus_block_of(q)
+        kept += block is None
+        out.append(q if block is None else replace(q, passage=block))
+    return out, kept
 
 
 @dataclass

@@ -21,7 +21,13 @@ from realm_core.openqa.finetune import (
     predict,
     train_reader,
 )
-from realm_core.openqa.reading import BlockStore, QAQuestion, gold_row_lengths, reader_rows
+from realm_core.openqa.reading import (
+    BlockStore,
+    QAQuestion,
+    gold_row_lengths,
+    reader_rows,
+    with_corpus_positives,
+)
 from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, GoldWithNegatives, Retriever
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -236,6 +242,33 @@ def test_hard_negatives_are_bm25s_best_blocks_without_the_answer(tiny_bert: str)
     everywhere = QAQuestion("q9", "Which city is a capital?", ("capital",), passage=q.passage)
     with pytest.raises(ValueError, match="fewer than 2 blocks without the answer"):
         GoldWithNegatives(blocks, 3).propose([everywhere])  # only Zürich's block lacks "capital"
+
+
+def test_corpus_positive_is_the_block_of_the_paragraphs_title_that_holds_it(tiny_bert: str) -> None:
+    """positive=block: among the corpus blocks of the paragraph's title that hold an answer, the
+    one sharing the most words with the paragraph; a question whose answer no block of its title
+    holds keeps its paragraph, and is counted."""
+    tok = load_tokenizer(tiny_bert)
+    titles = ["Paris", "Paris", "Paris", "Lyon"]
+    texts = ["Paris is the capital of France. The Seine crosses it from east to west.",
+             "The Louvre in Paris opened in 1793 and holds the Mona Lisa.",
+             "Paris hosted the Olympics in 1900, in 1924 and in 2024.",
+             "Lyon hosted a stage of the Tour de France in 1924."]
+    blocks = BlockStore(titles, texts, tok)
+    paragraph = blocks.add_passage("Paris", "Paris hosted the Summer Olympics in 1900 and in 1924.")
+    # "Paris" is in all three Paris blocks: the words shared with the paragraph decide
+    olympics = QAQuestion("q0", "Which city hosted the 1900 Olympics?", ("Paris",), passage=paragraph)
+    seine = QAQuestion("q1", "Which river crosses Paris?", ("Seine", "the Seine"),
+                       passage=blocks.add_passage("Paris", "The Seine crosses Paris from east to west."))
+    # 1924 is in blocks 2 (Paris) and 3 (Lyon): the paragraph's title decides
+    year = QAQuestion("q2", "When did Paris host the Olympics a second time?", ("1924",), passage=paragraph)
+    nowhere = QAQuestion("q3", "Who designed the tower?", ("Eiffel",), passage=paragraph)
+    assert [blocks.corpus_block_of(q) for q in (olympics, seine, year, nowhere)] == [2, 0, 2, None]
+    moved, kept = with_corpus_positives([olympics, seine, nowhere], blocks)
+    assert [q.passage for q in moved] == [2, 0, paragraph] and kept == 1
+    louvre = QAQuestion("q5", "When did the Louvre open?", ("1793",),
+                        passage=blocks.add_passage("Paris", "The Louvre opened in 1793."))
+    assert blocks.corpus_block_of(louvre) == 1  # the only block of its title holding the answer
 
 
 def test_gold_phase_with_hard_negatives_learns_to_pick_the_gold_block(tiny_bert: str, tmp_path: Path) -> None:
