@@ -2,7 +2,8 @@
 machine's accelerator, at the demo's MiniLM-L6 shape and the paper preset's BERT-base shape, each
 against its peer measured in the same run on the same inputs.
 
-- Embedding: realm's `embed_texts` (length-sorted batches, fp32 and bf16 autocast) against a raw
+- Embedding: realm's `embed_texts` (length-sorted batches, fp32, bf16 autocast, and bf16 with
+  tokeniser threads working ahead of the encoder, the GPU default) against a raw
   transformers forward of the same model with every batch padded to 288 tokens in fp32 (the
   peer of bench/embed.py), the demo's 4,137 blocks; vectors compared.
 - Pretraining step: one REALM step (query encoder, MIPS search, trivial-retrieval exclusion,
@@ -104,7 +105,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
     import torch
 
     from realm_core.bert import load_tokenizer
-    from realm_core.retrieval.embed import embed_texts, embed_token_ids
+    from realm_core.retrieval.embed import embed_texts, embed_token_ids, tokenizer_threads_for
     from realm_core.retrieval.encoders import RetrieverEncoder
 
     tok = load_tokenizer(str(model_dir))
@@ -127,12 +128,16 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
         return ids
 
     ids = tokenize()
+    threads = max(1, tokenizer_threads_for(-1, device))
     results: dict[str, Any] = {}
     vectors: dict[str, np.ndarray] = {}
     runs = {"raw transformers forward, padded to 288, fp32 (peer)": raw,
             "realm embed_texts, fp32": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch),
             "realm embed_texts, bf16 autocast": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch,
                                                                     precision="bf16"),
+            f"realm embed_texts, bf16 autocast, tokenised ahead by {threads} threads (the GPU default)":
+                lambda: embed_texts(encoder, tok, titles, bodies, 288, batch, precision="bf16",
+                                    tokenizer_threads=threads),
             "realm embed_token_ids on ids tokenised beforehand, bf16 autocast":
                 lambda: embed_token_ids(encoder, ids, tok.pad_token_id, batch, precision="bf16")}
     for name, fn in runs.items():

@@ -111,7 +111,8 @@ class MaskingConfig(StageConfig):
 class EmbedConfig(StageConfig):
     """Block embeddings with the document (knowledge) encoder (REALM §3.1)."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device",
+                                                            "tokenizer_threads"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
     encoder_from: Literal["warm_start", "latest", "config"] = Field(
@@ -131,6 +132,9 @@ class EmbedConfig(StageConfig):
                          "cores/workers threads (pays off with many shards and cores)")
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
     precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+    tokenizer_threads: int = Field(-1, ge=-1, description="threads tokenising blocks ahead of the encoder, "
+                                   "each with its own tokeniser copy (-1: none on a CPU, where one tokeniser "
+                                   "outruns the encoder; min(8, cores - 1) on a GPU, where it does not)")
 
 
 class IndexConfig(StageConfig):

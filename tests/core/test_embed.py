@@ -14,6 +14,7 @@ from realm_core.retrieval.embed import (
     embed_texts,
     length_batches,
     load_embeddings,
+    tokenizer_threads_for,
 )
 from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -38,6 +39,25 @@ def test_batched_equals_one_by_one_and_padding_is_inert(encoder: RetrieverEncode
                              for t, b in zip(titles, bodies, strict=True)])
     assert batched.shape == (3, 16)
     np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+def test_tokenizer_threads_ahead_give_the_same_vectors_in_input_order(encoder: RetrieverEncoder,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokenised by threads in chunks ahead of the encoder (the GPU default), each chunk
+    length-sorted on its own: the same vectors, in input order, as tokenising all at once."""
+    import realm_core.retrieval.embed as embed
+
+    monkeypatch.setattr(embed, "CHUNK_BATCHES", 2)  # chunks of 4 texts: 11 texts make 3 chunks
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    bodies = [" ".join(["word"] * (1 + (7 * i) % 23)) + f" number {i}." for i in range(11)]
+    titles = [f"T{i}" for i in range(11)]
+    at_once = embed_texts(encoder, tok, titles, bodies, 32, 2)
+    ahead = embed_texts(encoder, tok, titles, bodies, 32, 2, tokenizer_threads=3)
+    np.testing.assert_allclose(ahead, at_once, atol=1e-5)
+    assert len({row.tobytes() for row in ahead}) == 11  # every text its own vector
+    assert tokenizer_threads_for(-1, torch.device("cpu")) == 0
+    assert 1 <= tokenizer_threads_for(-1, torch.device("cuda")) <= 8
+    assert tokenizer_threads_for(2, torch.device("cpu")) == 2
 
 
 def test_save_and_load_round_trip(tmp_path: Path, encoder: RetrieverEncoder) -> None:
