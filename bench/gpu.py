@@ -171,17 +171,11 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     from realm_core.bert import load_tokenizer
     from realm_core.config import PretrainConfig
     from realm_core.distributed import Placement
-    from realm_core.pretrain.batches import (
-        NULL_BLOCK,
-        BlockTexts,
-        doc_encoder_inputs,
-        reader_batch,
-        retrieve_candidates,
-    )
+    from realm_core.pretrain.batches import BlockTexts
     from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.refresh import IndexHandle
-    from realm_core.retrieval.embed import embed_texts, pad_sequences
+    from realm_core.retrieval.embed import embed_texts
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.index import MipsIndex
     from realm_core.training import adamw
@@ -209,9 +203,9 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     rng = np.random.default_rng(0)
     batches = [[examples[i] for i in rng.choice(len(examples), batch, replace=False)] for _ in range(steps + 2)]
 
-    def realm_step(b: list[Any], placement: Placement = place) -> Any:
+    def realm_step(b: list[Any], placement: Placement = place, phases: dict[str, float] | None = None) -> Any:
         optimizer.zero_grad(set_to_none=True)
-        out, reader_batch, _ = realm_forward(models, b, handle, data, config, placement)
+        out, reader_batch, _ = realm_forward(models, b, handle, data, config, placement, phases)
         out.loss.backward()
         optimizer.step()
         return reader_batch
@@ -224,21 +218,6 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
         value.backward()
         optimizer.step()
 
-    def host_work(b: list[Any]) -> tuple[float, float]:
-        """Seconds of the step's CPU side, as realm_forward does it: the MIPS search, then the
-        trivial-retrieval exclusion, the reader batch and the document encoder's inputs."""
-        with torch.no_grad(), place.compute():
-            ids, mask = pad_sequences([ex.input_ids for ex in b], tok.pad_token_id)
-            q = models.query_encoder(ids.to(device), mask.to(device)).float().cpu().numpy()
-        t0 = time.perf_counter()
-        _, ranked = handle.index.search(q, config.top_k - 1 + config.exclusion_margin)
-        t1 = time.perf_counter()
-        candidates = retrieve_candidates(ranked, b, texts, config.top_k - 1, config.exclusion)
-        reader_batch(b, candidates, texts, tok, config.reader_length)
-        unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})  # as realm_forward
-        doc_encoder_inputs(np.asarray(unique), texts, tok, config.doc_length)
-        return t1 - t0, time.perf_counter() - t1
-
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times: dict[str, list[float]] = {k: [] for k in ("realm", "bare", "doc_encoder", "query_encoder", "search",
@@ -248,14 +227,15 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     with_cudnn = Placement(device, precision, cudnn_attention=True)
     for i, b in enumerate(batches):  # interleaved on the same inputs; the first two are warm-ups
         box: dict[str, Any] = {}
-        realm = timed(lambda b=b, box=box: box.update(r=realm_step(b)), device)
+        phases: dict[str, float] = {}  # the step's host side, timed by realm_forward itself
+        realm = timed(lambda b=b, box=box, phases=phases: box.update(r=realm_step(b, phases=phases)), device)
         r = box["r"]
         bare = timed(lambda r=r: compute_step(lambda: bare_reader_loss(models.reader, r)), device)
         doc = timed(lambda r=r: compute_step(lambda: doc_encoder_loss(models.doc_encoder, r, data, doc_length,
                                                                       device)), device)
         query = timed(lambda b=b: compute_step(lambda: query_encoder_loss(models.query_encoder, b, tok, device)),
                       device)
-        search, batching = host_work(b)
+        search, batching = phases["search"], phases["batching"]
         other = timed(lambda b=b: realm_step(b, with_cudnn), device)
         if i >= 2:
             for k, v in zip(times, (realm, bare, doc, query, search, batching, other), strict=True):

@@ -81,9 +81,15 @@ class Curves:
 
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig,
-                  placement: Placement | None = None) -> tuple[MarginalOutput, Any, torch.Tensor]:
-    """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch."""
+                  placement: Placement | None = None,
+                  phases: dict[str, float] | None = None) -> tuple[MarginalOutput, Any, torch.Tensor]:
+    """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch.
+
+    `phases`, when given, receives the seconds of the step's host side: `search` (the MIPS
+    search) and `batching` (trivial-retrieval exclusion, the reader batch and the document
+    encoder's inputs), which an accelerator waits on."""
     place = placement or Placement.single()
+    clock = time.perf_counter
     dev = place.device
     tok = data.tokenizer
     retriever_grad = torch.enable_grad() if not config.freeze_retriever else torch.no_grad()
@@ -97,15 +103,25 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
             ids, mask = pad_sequences([ex.input_ids for ex in examples], tok.pad_token_id)
             q = models.query_encoder(ids.to(dev), mask.to(dev)).float()  # (B, D)
         # the (stale) index proposes; REALM §3.4: trivial retrievals (the query's block) are dropped
-        _, ranked = index.index.search(q.detach().cpu().numpy(), config.top_k - 1 + config.exclusion_margin)
+        queries = q.detach().cpu().numpy()
+        t0 = clock()
+        _, ranked = index.index.search(queries, config.top_k - 1 + config.exclusion_margin)
+        t1 = clock()
         candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
                                          config.exclusion)  # (B, K-1)
-        batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length).to(dev)
+        host_batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
         if config.relevance == "recompute":
             # relevance recomputed with the current document encoder, null block first
             unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
             row_of = {z: i for i, z in enumerate(unique)}
             inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length)
+        else:
+            inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
+        if phases is not None:
+            phases["search"] = phases.get("search", 0.0) + t1 - t0
+            phases["batching"] = phases.get("batching", 0.0) + clock() - t1
+        batch = host_batch.to(dev)
+        if config.relevance == "recompute":
             with retriever_grad, place.compute():
                 d = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (U, D)
             rows = torch.tensor([[row_of.get(int(z), 0) for z in row] for row in batch.block_ids],
@@ -113,7 +129,6 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
             scores = torch.einsum("bd,bkd->bk", q, d[rows])  # (B, K)
         else:
             # the index's stale vectors for the retrieved blocks; only the null block is embedded
-            inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
             with retriever_grad, place.compute():
                 null = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (1, D)
             stale = torch.from_numpy(index.index.reconstruct(candidates)).to(dev)  # (B, K-1, D)
