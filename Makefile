@@ -89,8 +89,9 @@ realm-table: $(STAMP)
 
 # README's open-QA table (REALM Table 1 layout): every system trained with the same budgets, then
 # evaluated in one run with paired intervals, with the two-epoch gold-paragraph phase of
-# bench/configs/openqa_table.yaml (about 50 minutes per reader start on 2 quiet cores: MiniLM's
-# and REALM's). Not yet timed end to end; projected at about 2.2 hours after `make demo`.
+# bench/configs/openqa_table.yaml (25-30 minutes per reader start on 2 cores: MiniLM's and
+# REALM's). Measured 2026-11-26: 1 h 34 min after the stages `make demo` caches, 2 h 10 min from
+# a fresh clone.
 openqa-table: $(STAMP)
 	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml --json bench/results/openqa.json
 	$(BIN)/python bench/readme_tables.py
