@@ -105,7 +105,12 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
     import torch
 
     from realm_core.bert import load_tokenizer
-    from realm_core.retrieval.embed import embed_texts, embed_token_ids, tokenizer_threads_for
+    from realm_core.retrieval.embed import (
+        embed_texts,
+        embed_token_ids,
+        tokenize_blocks,
+        tokenizer_threads_for,
+    )
     from realm_core.retrieval.encoders import RetrieverEncoder
 
     tok = load_tokenizer(str(model_dir))
@@ -123,9 +128,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
         return np.concatenate(out)
 
     def tokenize() -> list[list[int]]:
-        ids: list[list[int]] = tok(titles, bodies, truncation="only_second", max_length=288,
-                                   return_attention_mask=False)["input_ids"]
-        return ids
+        return tokenize_blocks(tok, titles, bodies, 288)  # what embed_texts calls
 
     ids = tokenize()
     threads = max(1, tokenizer_threads_for(-1, device))
