@@ -2,10 +2,12 @@
 machine's accelerator, at the demo's MiniLM-L6 shape and the paper preset's BERT-base shape, each
 against its peer measured in the same run on the same inputs.
 
-- Embedding: realm's `embed_texts` (length-sorted batches, fp32, bf16 autocast, and bf16 with
-  tokeniser threads working ahead of the encoder, the GPU default) against a raw
-  transformers forward of the same model with every batch padded to 288 tokens in fp32 (the
-  peer of bench/embed.py), the demo's 4,137 blocks; vectors compared.
+- Embedding: realm's `embed_texts` (length-sorted batches; fp32, bf16 autocast with the
+  tokeniser on one thread, and bf16 with the tokeniser's own thread pool, the GPU default)
+  against a raw transformers forward of the same model with every batch padded to 288 tokens
+  in fp32 (the peer of bench/embed.py; its tokeniser keeps the library's default pool), the
+  demo's 4,137 blocks; vectors compared. The tokeniser alone, both ways, and the encoder loop
+  on ids tokenised beforehand split the call into its host and GPU sides.
 - Pretraining step: one REALM step (query encoder, MIPS search, trivial-retrieval exclusion,
   relevance recomputed by the document encoder, reader over B x K sequences, marginal
   likelihood, backward, AdamW) against the bare reader forward + backward + AdamW on the very
@@ -109,7 +111,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
         embed_texts,
         embed_token_ids,
         tokenize_blocks,
-        tokenizer_threads_for,
+        tokenizer_parallelism,
     )
     from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -118,7 +120,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
 
     def raw() -> np.ndarray:
         out = []
-        with torch.no_grad():
+        with torch.no_grad(), tokenizer_parallelism(True):  # the tokenizers library's own default
             for i in range(0, len(titles), batch):
                 enc = tok(titles[i:i + batch], bodies[i:i + batch], truncation="only_second", max_length=288,
                           padding="max_length", return_tensors="pt")
@@ -127,20 +129,22 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
                 out.append(encoder.projection(hidden[:, 0]).float().cpu().numpy())
         return np.concatenate(out)
 
-    def tokenize() -> list[list[int]]:
-        return tokenize_blocks(tok, titles, bodies, 288)  # what embed_texts calls
+    def tokenize(parallel: bool) -> list[list[int]]:
+        with tokenizer_parallelism(parallel):
+            return tokenize_blocks(tok, titles, bodies, 288)  # what embed_texts calls
 
-    ids = tokenize()
-    threads = max(1, tokenizer_threads_for(-1, device))
+    ids = tokenize(True)
     results: dict[str, Any] = {}
     vectors: dict[str, np.ndarray] = {}
     runs = {"raw transformers forward, padded to 288, fp32 (peer)": raw,
-            "realm embed_texts, fp32": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch),
-            "realm embed_texts, bf16 autocast": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch,
-                                                                    precision="bf16"),
-            f"realm embed_texts, bf16 autocast, tokenised ahead by {threads} threads (the GPU default)":
+            "realm embed_texts, fp32": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch,
+                                                           tokenizer_parallel=True),
+            "realm embed_texts, bf16 autocast, tokeniser on one thread (TOKENIZERS_PARALLELISM=false)":
                 lambda: embed_texts(encoder, tok, titles, bodies, 288, batch, precision="bf16",
-                                    tokenizer_threads=threads),
+                                    tokenizer_parallel=False),
+            "realm embed_texts, bf16 autocast, tokeniser's own thread pool (the GPU default)":
+                lambda: embed_texts(encoder, tok, titles, bodies, 288, batch, precision="bf16",
+                                    tokenizer_parallel=True),
             "realm embed_token_ids on ids tokenised beforehand, bf16 autocast":
                 lambda: embed_token_ids(encoder, ids, tok.pad_token_id, batch, precision="bf16")}
     for name, fn in runs.items():
@@ -151,7 +155,8 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
         results[name] = {"seconds": seconds, "blocks_per_s": len(titles) / seconds}
     # the tokeniser alone: with the pre-tokenised run above, it splits the bf16 run into its
     # host side and its encoder loop, so a host-bound embedding shows
-    tokenize_s = timed(tokenize, device)
+    tokenize_s = timed(lambda: tokenize(True), device)
+    one_thread_s = timed(lambda: tokenize(False), device)
     peer = next(iter(results))
     for name, r in results.items():
         r["ratio"] = r["blocks_per_s"] / results[peer]["blocks_per_s"]
@@ -159,7 +164,8 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
         cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         r["min_cosine_to_peer"] = float(cos.min())
     return {"blocks": len(titles), "batch_size": batch, "tokenize_s": tokenize_s,
-            "tokenize_blocks_per_s": len(titles) / tokenize_s, "runs": results}
+            "tokenize_blocks_per_s": len(titles) / tokenize_s, "tokenize_one_thread_s": one_thread_s,
+            "tokenize_one_thread_blocks_per_s": len(titles) / one_thread_s, "runs": results}
 
 
 def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, reader_length: int,
@@ -296,7 +302,8 @@ def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, 
         for run, r in emb["runs"].items():
             print(f"{shape} | {run}: {r['blocks_per_s']:,.0f} blocks/s, {r['ratio']:.2f}x, "
                   f"min cosine {r['min_cosine_to_peer']:.4f}")
-        print(f"{shape} | the tokeniser alone: {emb['tokenize_blocks_per_s']:,.0f} blocks/s")
+        print(f"{shape} | the tokeniser alone: {emb['tokenize_blocks_per_s']:,.0f} blocks/s with its thread pool, "
+              f"{emb['tokenize_one_thread_blocks_per_s']:,.0f} on one thread")
         print(f"{shape} | REALM step {step['realm_step_s']:.3f} s ({step['realm_examples_per_s']:.1f} examples/s) "
               f"vs bare reader {step['bare_reader_step_s']:.3f} s: overhead {100 * step['overhead']:.0f}%; vs the "
               f"compute it cannot avoid {step['unavoidable_step_s']:.3f} s (reader + document encoder + query "

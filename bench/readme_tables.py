@@ -328,13 +328,18 @@ def projection_table(result: dict) -> str:
 
 
 def gpu_table(result: dict) -> str:
-    lines = [f"| {result['device']}, torch {result['torch']} | blocks/s (4,160 demo blocks) | ratio |",
+    blocks = next(iter(result["shapes"].values()))["embedding"]["blocks"]
+    lines = [f"| {result['device']}, torch {result['torch']} | blocks/s ({blocks:,} demo blocks) | ratio |",
              "|---|---:|---:|"]
     for shape, r in result["shapes"].items():
         e = r["embedding"]
         lines += [f"| {shape}: {run} | {x['blocks_per_s']:,.0f} | {x['ratio']:.2f}x |" for run, x in e["runs"].items()]
         if "tokenize_blocks_per_s" in e:
-            lines.append(f"| {shape}: the tokeniser alone (host, no GPU) | {e['tokenize_blocks_per_s']:,.0f} | |")
+            pool = " with its thread pool" if "tokenize_one_thread_blocks_per_s" in e else ""
+            lines.append(f"| {shape}: the tokeniser alone{pool} (host, no GPU) | {e['tokenize_blocks_per_s']:,.0f} | |")
+        if "tokenize_one_thread_blocks_per_s" in e:
+            lines.append(f"| {shape}: the tokeniser alone on one thread (host, no GPU) | "
+                         f"{e['tokenize_one_thread_blocks_per_s']:,.0f} | |")
     lines += ["", "| REALM step (bf16, k=8, dropout 0.1) | examples | step, cuDNN attention (s) | step, cuDNN attention "
               "left out (s) | bare reader (s) | unavoidable (s) | cuDNN step vs unavoidable | step without cuDNN vs "
               "unavoidable | CPU: search + batching (s) | peak GPU memory (GB) |",

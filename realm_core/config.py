@@ -112,7 +112,7 @@ class EmbedConfig(StageConfig):
     """Block embeddings with the document (knowledge) encoder (REALM §3.1)."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device",
-                                                            "tokenizer_threads"})
+                                                            "tokenizer_parallel"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
     encoder_from: Literal["warm_start", "latest", "config"] = Field(
@@ -132,9 +132,10 @@ class EmbedConfig(StageConfig):
                          "cores/workers threads (pays off with many shards and cores)")
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
     precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
-    tokenizer_threads: int = Field(-1, ge=-1, description="threads tokenising blocks ahead of the encoder, "
-                                   "each with its own tokeniser copy (-1: none on a CPU, where one tokeniser "
-                                   "outruns the encoder; min(8, cores - 1) on a GPU, where it does not)")
+    tokenizer_parallel: Literal["auto", "on", "off"] = Field(
+        "auto", description="the fast tokeniser's own thread pool (TOKENIZERS_PARALLELISM) while it "
+        "tokenises a shard: auto is on for a GPU, where one tokeniser thread starves the encoder "
+        "(bench/gpu.py), and leaves the environment's setting on a CPU")
 
 
 class IndexConfig(StageConfig):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -78,53 +79,46 @@ def tokenize_blocks(tokenizer: Any, titles: list[str], bodies: list[str], max_le
     return ids
 
 
-CHUNK_BATCHES = 32  # batches a tokeniser thread prepares at a time (and the span of length sorting)
+PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"  # read by the Rust tokeniser at each batch call
+
+
+@contextmanager
+def tokenizer_parallelism(enabled: bool | None) -> Iterator[None]:
+    """The fast tokeniser's own thread pool on (True) or off (False) for the calls inside, the
+    environment put back after; None leaves it as it is. The Makefile and tests turn it off
+    (a forked process that inherits a used pool disables it with a warning); on a GPU machine
+    the embedding stage turns it on, as one tokeniser thread cannot keep the encoder fed."""
+    if enabled is None:
+        yield
+        return
+    before = os.environ.get(PARALLELISM_ENV)
+    os.environ[PARALLELISM_ENV] = "true" if enabled else "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PARALLELISM_ENV, None)
+        else:
+            os.environ[PARALLELISM_ENV] = before
+
+
+def tokenizer_parallel_for(requested: str, device: Any) -> bool | None:
+    """`EmbedConfig.tokenizer_parallel` resolved for a device: "auto" is on for an accelerator
+    and left as the environment says on a CPU (where the encoder, not the tokeniser, is slow)."""
+    if requested == "auto":
+        return None if str(device) == "cpu" else True
+    return requested == "on"
 
 
 def embed_texts(encoder: Any, tokenizer: Any, titles: list[str], bodies: list[str],
                 max_length: int, batch_size: int, progress: Progress | None = None,
-                precision: str = "fp32", tokenizer_threads: int = 0) -> np.ndarray:
-    """(N, D) float32 embeddings of `[CLS] title [SEP] body [SEP]`, in input order.
-
-    With `tokenizer_threads` 0 the texts are tokenised at once, then length-sorted and encoded.
-    With more, that many threads (each with its own copy of the tokeniser: a fast tokeniser is
-    one Rust object that refuses concurrent use) tokenise chunks of `CHUNK_BATCHES` batches
-    ahead of the encoder, which length-sorts and encodes each chunk as it arrives: on a GPU the
-    encoder then does not wait on one tokeniser thread (bench/gpu.py measured a whole embedding
-    call at a fraction of its encoder loop). The vectors are the same up to float rounding, as
-    the batches are grouped within chunks instead of over all texts."""
-    if tokenizer_threads <= 0:
-        return embed_token_ids(encoder, tokenize_blocks(tokenizer, titles, bodies, max_length),
-                               tokenizer.pad_token_id, batch_size, progress, precision)
-    import copy
-    import threading
-    from collections import deque
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-    local = threading.local()
-
-    def tokenize(start: int) -> list[list[int]]:
-        if not hasattr(local, "tokenizer"):
-            local.tokenizer = copy.deepcopy(tokenizer)
-        end = start + chunk
-        return tokenize_blocks(local.tokenizer, titles[start:end], bodies[start:end], max_length)
-
-    chunk = batch_size * CHUNK_BATCHES
-    out = np.zeros((len(titles), encoder.projection_dim), dtype=np.float32)  # (N, D)
-    starts = iter(range(0, len(titles), chunk))
-    with ThreadPoolExecutor(tokenizer_threads, thread_name_prefix="tokenize") as pool:
-        ahead: deque[tuple[int, Future[list[list[int]]]]] = deque()
-        for start in starts:
-            ahead.append((start, pool.submit(tokenize, start)))
-            if len(ahead) > tokenizer_threads:
-                break
-        while ahead:
-            start, ids = ahead.popleft()
-            if (nxt := next(starts, None)) is not None:
-                ahead.append((nxt, pool.submit(tokenize, nxt)))
-            out[start:start + chunk] = embed_token_ids(encoder, ids.result(), tokenizer.pad_token_id, batch_size,
-                                                       progress, precision)
-    return out
+                precision: str = "fp32", tokenizer_parallel: bool | None = None) -> np.ndarray:
+    """(N, D) float32 embeddings of `[CLS] title [SEP] body [SEP]`, in input order: all texts
+    tokenised at once (the tokeniser's own parallelism as `tokenizer_parallel` says, see
+    `tokenizer_parallelism`), then length-sorted, batched and encoded."""
+    with tokenizer_parallelism(tokenizer_parallel):
+        ids = tokenize_blocks(tokenizer, titles, bodies, max_length)
+    return embed_token_ids(encoder, ids, tokenizer.pad_token_id, batch_size, progress, precision)
 
 
 def embed_queries(encoder: Any, tokenizer: Any, queries: list[str], max_length: int,
@@ -192,19 +186,12 @@ class ShardJob:
     precision: str = "fp32"
     device: str = "cpu"
     threads: int | None = None
-    tokenizer_threads: int = -1
-
-
-def tokenizer_threads_for(requested: int, device: Any) -> int:
-    """`EmbedConfig.tokenizer_threads` resolved: -1 is none on a CPU, min(8, cores - 1) elsewhere."""
-    if requested >= 0:
-        return requested
-    return 0 if str(device) == "cpu" else max(1, min(8, (os.cpu_count() or 2) - 1))
+    tokenizer_parallel: str = "auto"
 
 
 def embed_shard_rows(encoder: Any, tokenizer: Any, blocks: Any, shard: EmbedShard, directory: Path, *,
                      max_length: int, batch_size: int, float16: bool = False, precision: str = "fp32",
-                     progress: Progress | None = None, tokenizer_threads: int = -1) -> dict[str, Any]:
+                     progress: Progress | None = None, tokenizer_parallel: str = "auto") -> dict[str, Any]:
     """Embed one shard's blocks with a loaded encoder and write its file; its summary."""
     batch = blocks.read_rows("blocks", shard.first_block_id, shard.first_block_id + shard.rows,
                              ["block_id", "title", "text"])
@@ -212,9 +199,9 @@ def embed_shard_rows(encoder: Any, tokenizer: Any, blocks: Any, shard: EmbedShar
     if not np.array_equal(ids, np.arange(shard.first_block_id, shard.first_block_id + shard.rows)):
         raise ArtifactError(f"{blocks.path}: block ids must be dense and in order "
                             f"(expected {shard.first_block_id}.. in shard {shard.number})")
-    threads = tokenizer_threads_for(tokenizer_threads, next(encoder.parameters()).device)
+    parallel = tokenizer_parallel_for(tokenizer_parallel, next(encoder.parameters()).device)
     vectors = embed_texts(encoder, tokenizer, batch.column("title").to_pylist(), batch.column("text").to_pylist(),
-                          max_length, batch_size, progress, precision, threads)
+                          max_length, batch_size, progress, precision, parallel)
     if not np.isfinite(vectors).all():
         raise ArtifactError(f"encoder produced NaN/inf embeddings in {shard.file}")
     directory.mkdir(parents=True, exist_ok=True)
@@ -242,7 +229,7 @@ def embed_shard(job: ShardJob) -> dict[str, Any]:
     blocks = ArtifactStore(job.store_url).open(job.blocks_path, kind="blocks")
     return embed_shard_rows(encoder, tokenizer, blocks, job.shard, Path(job.directory), max_length=job.max_length,
                             batch_size=job.batch_size, float16=job.float16, precision=job.precision,
-                            tokenizer_threads=job.tokenizer_threads)
+                            tokenizer_parallel=job.tokenizer_parallel)
 
 
 ShardMap = Callable[[list[ShardJob]], list[dict[str, Any]]]
@@ -253,7 +240,7 @@ def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, 
                  progress: Progress | None = None, workers: int = 1,
                  recipe: EncoderRecipe | None = None, precision: str = "fp32",
                  map_shards: ShardMap | None = None, store_url: str | None = None,
-                 tokenizer_threads: int = -1) -> dict[str, Any]:
+                 tokenizer_parallel: str = "auto") -> dict[str, Any]:
     """Write `shard-NNNNN.npy` files for every block of a blocks artifact; return a summary.
 
     The shards are embedded one after another by `encoder` on its device; or, given the
@@ -272,7 +259,7 @@ def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, 
         jobs = [ShardJob(store_url or str(Path(blocks.path).parents[1]), blocks.path, shard, str(directory), recipe,
                          max_length, batch_size, float16, precision,
                          device="auto" if map_shards is not None else "cpu", threads=threads,
-                         tokenizer_threads=tokenizer_threads) for shard in plan]
+                         tokenizer_parallel=tokenizer_parallel) for shard in plan]
         if map_shards is not None:
             shards = map_shards(jobs)
         else:
@@ -284,7 +271,7 @@ def embed_blocks(blocks: Any, encoder: Any, tokenizer: Any, directory: Path, *, 
     else:
         shards = [embed_shard_rows(encoder, tokenizer, blocks, shard, directory, max_length=max_length,
                                    batch_size=batch_size, float16=float16, precision=precision,
-                                   progress=progress, tokenizer_threads=tokenizer_threads) for shard in plan]
+                                   progress=progress, tokenizer_parallel=tokenizer_parallel) for shard in plan]
     progress.finish()
     if [s["file"] for s in shards] != [s.file for s in plan]:
         raise ArtifactError(f"{directory}: shards came back as {[s['file'] for s in shards][:3]}..., "

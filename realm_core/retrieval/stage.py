@@ -69,7 +69,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                                recipe=EncoderRecipe(config.doc_encoder, config.projection_dim,
                                                     config.pooling, config.seed, config.normalize),
                                precision=config.precision, map_shards=map_shards, store_url=store.url,
-                               tokenizer_threads=config.tokenizer_threads)
+                               tokenizer_parallel=config.tokenizer_parallel)
         stats = {"blocks": summary["rows"], "dim": summary["dim"], "dtype": summary["dtype"],
                  "device": str(device), "precision": config.precision,
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}

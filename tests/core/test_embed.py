@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from realm_core.retrieval.embed import (
     embed_texts,
     length_batches,
     load_embeddings,
-    tokenizer_threads_for,
+    tokenizer_parallel_for,
 )
 from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -41,23 +42,34 @@ def test_batched_equals_one_by_one_and_padding_is_inert(encoder: RetrieverEncode
     np.testing.assert_allclose(batched, single, atol=1e-5)
 
 
-def test_tokenizer_threads_ahead_give_the_same_vectors_in_input_order(encoder: RetrieverEncoder,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tokenised by threads in chunks ahead of the encoder (the GPU default), each chunk
-    length-sorted on its own: the same vectors, in input order, as tokenising all at once."""
+def test_tokenizer_parallelism_is_on_while_tokenising_and_put_back(encoder: RetrieverEncoder,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the fast tokeniser's own pool is turned on for the tokenising call only (the
+    Makefile turns it off for the process); the vectors do not change."""
     import realm_core.retrieval.embed as embed
 
-    monkeypatch.setattr(embed, "CHUNK_BATCHES", 2)  # chunks of 4 texts: 11 texts make 3 chunks
+    seen: list[str | None] = []
+    real = embed.tokenize_blocks
+
+    def spy(*args: object) -> list[list[int]]:
+        seen.append(os.environ.get(embed.PARALLELISM_ENV))
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(embed, "tokenize_blocks", spy)
+    monkeypatch.setenv(embed.PARALLELISM_ENV, "false")
     tok = load_tokenizer(BUNDLED_ENCODER)
-    bodies = [" ".join(["word"] * (1 + (7 * i) % 23)) + f" number {i}." for i in range(11)]
-    titles = [f"T{i}" for i in range(11)]
-    at_once = embed_texts(encoder, tok, titles, bodies, 32, 2)
-    ahead = embed_texts(encoder, tok, titles, bodies, 32, 2, tokenizer_threads=3)
-    np.testing.assert_allclose(ahead, at_once, atol=1e-5)
-    assert len({row.tobytes() for row in ahead}) == 11  # every text its own vector
-    assert tokenizer_threads_for(-1, torch.device("cpu")) == 0
-    assert 1 <= tokenizer_threads_for(-1, torch.device("cuda")) <= 8
-    assert tokenizer_threads_for(2, torch.device("cpu")) == 2
+    titles, bodies = ["Ada", "Paris"], ["Ada Lovelace wrote the first program.", "Paris is a city."]
+    as_is = embed_texts(encoder, tok, titles, bodies, 32, 2)
+    on = embed_texts(encoder, tok, titles, bodies, 32, 2, tokenizer_parallel=True)
+    assert seen == ["false", "true"] and os.environ[embed.PARALLELISM_ENV] == "false"
+    np.testing.assert_allclose(on, as_is, atol=1e-6)
+    monkeypatch.delenv(embed.PARALLELISM_ENV)
+    with embed.tokenizer_parallelism(False):
+        assert os.environ[embed.PARALLELISM_ENV] == "false"
+    assert embed.PARALLELISM_ENV not in os.environ  # unset before, unset after
+    assert tokenizer_parallel_for("auto", torch.device("cpu")) is None
+    assert tokenizer_parallel_for("auto", torch.device("cuda")) is True
+    assert tokenizer_parallel_for("off", torch.device("cuda")) is False
 
 
 def test_save_and_load_round_trip(tmp_path: Path, encoder: RetrieverEncoder) -> None:
