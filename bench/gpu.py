@@ -6,7 +6,7 @@ against its peer measured in the same run on the same inputs.
   tokeniser on one thread, and bf16 with the tokeniser's own thread pool, the GPU default)
   against a raw transformers forward of the same model with every batch padded to 288 tokens
   in fp32 (the peer of bench/embed.py; its tokeniser keeps the library's default pool), the
-  demo's 4,137 blocks; vectors compared. The tokeniser alone, both ways, and the encoder loop
+  demo's blocks as exported; vectors compared. The tokeniser alone, both ways, and the encoder loop
   on ids tokenised beforehand split the call into its host and GPU sides.
 - Pretraining step: one REALM step (query encoder, MIPS search, trivial-retrieval exclusion,
   relevance recomputed by the document encoder, reader over B x K sequences, marginal
