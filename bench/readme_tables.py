@@ -266,11 +266,19 @@ def openqa_table(result: dict) -> str:
     if starts:
         lines[-1] += " Span readers start from " + "; ".join(
             f"{where} ({', '.join(names)})" for where, names in starts.items()) + "."
-    for d in order:
-        for pair, p in res[d].get("paired", {}).items():
-            lo, hi = p["ci95"]
-            lines.append(f"\n{names.get(d, d)} paired EM difference, {pair}: {100 * p['delta']:+.1f} points "
-                         f"(95% interval {100 * lo:+.1f} to {100 * hi:+.1f}; McNemar p = {p['mcnemar_p']:.2g}).")
+    paired = [d for d in order if res[d].get("paired")]
+    pairs = list(dict.fromkeys(pair for d in paired for pair in res[d]["paired"]))
+    if pairs:  # one row per pair of systems, one column per dataset: the same questions, paired
+        lines += ["", "| paired EM difference (points), 95% bootstrap interval, McNemar p | "
+                  + " | ".join(names.get(d, d) for d in paired) + " |",
+                  "|---|" + "---:|" * len(paired)]
+        for pair in pairs:
+            cells = []
+            for d in paired:
+                p = res[d]["paired"].get(pair)
+                cells.append("" if p is None else f"{100 * p['delta']:+.1f} [{100 * p['ci95'][0]:+.1f}, "
+                             f"{100 * p['ci95'][1]:+.1f}], p {p['mcnemar_p']:.2g}")
+            lines.append(f"| {pair} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -38,6 +38,7 @@ class BlockStore:
         self.corpus_size = len(self.texts)
         self._pieces: dict[int, tuple[list[int], list[int], list[tuple[int, int]]]] = {}
         self._tokens: dict[int, str] = {}
+        self._words: dict[int, frozenset[str]] = {}
         self._passage_ids: dict[tuple[str, str], int] = {}
         self._by_title: dict[str, list[int]] | None = None
 
@@ -64,11 +65,11 @@ class BlockStore:
             self._by_title = {}
             for z in range(self.corpus_size):
                 self._by_title.setdefault(self.titles[z], []).append(z)
-        words = set(self.tokens(q.passage).split())
+        words = self.words(q.passage)
         best, best_overlap = None, -1
         for z in self._by_title.get(self.titles[q.passage], []):
             if self.holds_answer(q, z):
-                overlap = len(words & set(self.tokens(z).split()))
+                overlap = len(words & self.words(z))
                 if overlap > best_overlap:
                     best, best_overlap = z, overlap
         return best
@@ -85,6 +86,13 @@ class BlockStore:
         if block not in self._tokens:
             self._tokens[block] = token_string(self.texts[block])
         return self._tokens[block]
+
+    def words(self, block: int) -> frozenset[str]:
+        """The block's distinct normalised words (kept: each same-title block is compared with
+        every question of its article)."""
+        if block not in self._words:
+            self._words[block] = frozenset(self.tokens(block).split())
+        return self._words[block]
 
     def holds_answer(self, q: QAQuestion, block: int, body_tokens: int | None = None) -> bool:
         """DPR's has_answer on the block text (CuratedTREC: a regex found in it); with
