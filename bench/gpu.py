@@ -103,6 +103,9 @@ def timed(fn: Any, device: Any) -> float:
     return time.perf_counter() - t0
 
 
+GPU_DEFAULT = "realm embed_texts, bf16 autocast, tokeniser's own thread pool (the GPU default)"
+
+
 def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], device: Any, batch: int) -> dict[str, Any]:
     import torch
 
@@ -142,7 +145,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
             "realm embed_texts, bf16 autocast, tokeniser on one thread (TOKENIZERS_PARALLELISM=false)":
                 lambda: embed_texts(encoder, tok, titles, bodies, 288, batch, precision="bf16",
                                     tokenizer_parallel=False),
-            "realm embed_texts, bf16 autocast, tokeniser's own thread pool (the GPU default)":
+            GPU_DEFAULT:
                 lambda: embed_texts(encoder, tok, titles, bodies, 288, batch, precision="bf16",
                                     tokenizer_parallel=True),
             "realm embed_token_ids on ids tokenised beforehand, bf16 autocast":

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from gpu import GPU_DEFAULT  # noqa: E402
 from peers import write_result  # noqa: E402
 from scaling import REALM_BLOCKS  # noqa: E402
 
@@ -93,10 +94,7 @@ def main() -> None:
     gpu = ROOT / "bench" / "results" / "gpu.json"
     if gpu.is_file():  # measured on a GPU: these replace the assumed rate where they apply
         bert = json.loads(gpu.read_text())["shapes"]["BERT-base (paper preset shape)"]
-        runs = bert["embedding"]["runs"]  # the embed stage's GPU default (named so since c685cb9)
-        default = next((r for name, r in runs.items() if "(the GPU default)" in name),
-                       runs.get("realm embed_texts, bf16 autocast"))
-        blocks_per_s = default["blocks_per_s"]
+        blocks_per_s = bert["embedding"]["runs"][GPU_DEFAULT]["blocks_per_s"]  # the embed stage's default
         examples_per_s = bert["pretrain_step"]["realm_examples_per_s"]
         embed_h = REALM_BLOCKS / blocks_per_s / 3600
         result["measured_on_gpu"] = {
