@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 import sys
 import time
@@ -40,6 +41,9 @@ from realm_core.curves import plot_curves
 from realm_core.graph import Resolver
 from realm_core.pretrain.ablations import table2
 from realm_core.pretrain.heldout import article_bootstrap
+from realm_core.progress import LogProgress
+
+log = logging.getLogger("bench.pretrain")
 
 
 def heldout_test(rows: dict[str, list[dict]], resamples: int = 10_000) -> dict:
@@ -136,13 +140,17 @@ def main() -> None:
     cfg = load_config(args.preset, args.config, args.overrides)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    progress = lambda: LogProgress(log, every=60)  # noqa: E731  a line a minute: the runs take hours
     rows = table2(cfg)
     names = list(rows) if args.table else list(rows)[:2]
     runs = {}
     realm_ref = None
-    for name in names:
+    for i, name in enumerate(names, 1):
+        log.info("row %d of %d: %s %s", i, len(names), name, " ".join(rows[name]) or "(the preset)")
         variant = load_config(args.preset, args.config, [*args.overrides, *rows[name]])
-        result = Resolver(variant, store).run("pretrain")  # through the cache: upstream stages are shared
+        # through the cache: upstream stages (ICT, index, reader warm-up) are shared by the rows
+        result = Resolver(variant, store, progress=progress).run("pretrain")
         assert result.ref is not None
         realm_ref = realm_ref or result.ref  # the first row is REALM's own run
         art = store.open(result.ref)
@@ -166,7 +174,7 @@ def main() -> None:
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],
         "heldout": heldout_test({n: runs[n]["heldout_rows"] for n in ("REALM", "null only")}),
         "ablations": [ablation_row(n, r, runs["REALM"]) for n, r in runs.items()],
-        "zero_shot": zero_shot(cfg, store, Resolver(cfg, store), realm_ref),
+        "zero_shot": zero_shot(cfg, store, Resolver(cfg, store, progress=progress), realm_ref),
     }
     write_result("pretrain", result_json)
     rows = runs["REALM"]["steps"]
