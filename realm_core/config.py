@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -199,17 +199,25 @@ class QuestionsConfig(StageConfig):
     sources: tuple[QuestionSource, ...] = Field(default_factory=_openqa_sources)
 
 
+# REALM Table 1's rows, the 2x2 that crosses ICT or REALM encoders with the baseline or REALM's
+# reader, and the reader of the null-only pretraining run (REALM Table 2's BERT baseline) behind
+# ICT's encoders: what retrieval during pretraining does for the reader, apart from more masked LM
+QASystemKey = Literal["none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader", "ict_null_reader"]
+QA_SYSTEM_KEYS: tuple[str, ...] = get_args(QASystemKey)
+
+
 class OpenQAEvalConfig(StageConfig):
     """Open-QA evaluation (REALM Table 1): exact match, full split and answerable subset."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
 
     datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
-    systems: tuple[Literal["none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader"], ...] = Field(
+    systems: tuple[QASystemKey, ...] = Field(
         ("none", "bm25", "ict", "realm"), description="Table 1 rows: none (null block only), bm25, "
         "ict (ORQA-like), realm; and the 2x2's crossings ict_realm_reader (ICT's encoders, REALM's reader) and "
         "realm_baseline_reader (REALM's encoders, the baseline reader); those built from REALM pretraining "
-        "are left out when pretrain.retrieval is null_only")
+        "are left out when pretrain.retrieval is null_only; ict_null_reader (ICT's encoders, the reader of "
+        "the same pretraining run with the null block alone: more masked LM without retrieval)")
     split: Literal["train", "dev", "test"] = "test"
     question_limits: dict[str, int] = Field(
         default_factory=dict, description="dataset -> first N questions evaluated (all if absent)")

@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.config import EmbedConfig, PipelineConfig
+from realm_core.config import QA_SYSTEM_KEYS, EmbedConfig, PipelineConfig
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
 RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)
-QA_SYSTEMS = ("none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader")
+QA_SYSTEMS = QA_SYSTEM_KEYS
 # the open-QA systems built from REALM pretraining's artifacts (its encoders or its reader)
 PRETRAINED_SYSTEMS = frozenset({"realm", "ict_realm_reader", "realm_baseline_reader"})
+# each system's own upstream stages besides the blocks, the questions and the reader start
+_SYSTEM_UPSTREAM = {"none": (), "bm25": (), "ict": ("ict",), "ict_null_reader": ("ict", "pretrain_null"),
+                    **{k: ("ict", "pretrain") for k in PRETRAINED_SYSTEMS}}
 
 
 @dataclass
@@ -50,8 +53,10 @@ class Stage:
     run: Callable[[StageInputs], StageResult | None]   # None: the stage is off in this config
     fans_out: bool = False                             # its runner takes `map_jobs` (source files, shards)
     distributed: bool = False                          # runs on every torchrun rank, not rank 0 alone
+    variant: Callable[[PipelineConfig], PipelineConfig] | None = None  # the config the stage runs on
 
     def config(self, cfg: PipelineConfig) -> dict[str, Any]:
+        cfg = self.variant(cfg) if self.variant else cfg
         return {s: getattr(cfg, s).model_dump(mode="json") for s in self.sections}
 
 
@@ -177,6 +182,16 @@ def _pretrain(i: StageInputs) -> StageResult:
                         c.index, i.progress, force=i.force, refresh_index=i.refresh_index)
 
 
+def null_only(cfg: PipelineConfig) -> PipelineConfig:
+    """The same pretraining run with the null block alone (REALM Table 2's BERT baseline): the
+    config `bench/pretrain.py`'s null-only row resolves, so the two share one cached artifact."""
+    return cfg.model_copy(update={"pretrain": cfg.pretrain.model_copy(update={"retrieval": "null_only"})})
+
+
+def _pretrain_null(i: StageInputs) -> StageResult:
+    return _pretrain(replace(i, cfg=null_only(i.cfg)))
+
+
 def _questions(i: StageInputs) -> StageResult:
     from realm_core.openqa.questions_stage import run_load_questions
 
@@ -188,7 +203,7 @@ def qa_system(cfg: PipelineConfig, refs: dict[str, ArtifactRef | None], key: str
     from realm_core.openqa.finetune_stage import baseline_reader, qa_systems
 
     reader = baseline_reader(refs.get("reader_mlm"), cfg.pretrain, cfg.finetune)
-    systems = qa_systems(refs.get("ict"), refs.get("pretrain"), cfg.embed, reader)
+    systems = qa_systems(refs.get("ict"), refs.get("pretrain"), cfg.embed, reader, refs.get("pretrain_null"))
     return next(s for s in systems if s.key == key)
 
 
@@ -228,8 +243,7 @@ def _reader_start(cfg: PipelineConfig) -> tuple[str, ...]:
 
 def _qa_upstream(key: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
     def upstream(cfg: PipelineConfig) -> tuple[str, ...]:
-        own = ("ict", "pretrain") if key in PRETRAINED_SYSTEMS else {"none": (), "bm25": (), "ict": ("ict",)}[key]
-        return ("chunk", "questions", *_reader_start(cfg), *own)
+        return ("chunk", "questions", *_reader_start(cfg), *_SYSTEM_UPSTREAM[key])
     return upstream
 
 
@@ -266,6 +280,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("reader_mlm", "reader masked-LM warm-up", ("pretrain",), _after("chunk"), _reader_mlm, distributed=True),
     Stage("pretrain", "pretrain", ("pretrain", "masking", "embed", "index"),
           lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True),
+    Stage("pretrain_null", "pretrain, null block only (BERT baseline)", ("pretrain", "masking", "embed", "index"),
+          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain_null, distributed=True,
+          variant=null_only),
     Stage("questions", "questions", ("questions",), _none, _questions),
     *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True)
       for k in QA_SYSTEMS if k != "none"),

@@ -18,6 +18,7 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactRef
 from realm_core.cache import existing_artifacts_only
+from realm_core.config import QA_SYSTEM_KEYS
 from realm_core.errors import MissingArtifactError, MissingIndexError, QueryError
 from realm_core.graph import Hook, Resolver, Stage, StageInputs, StageRun, qa_keys, qa_system, stage
 from realm_core.openqa.finetune import Prediction, predict
@@ -32,7 +33,7 @@ from realm_core.openqa.retrievers import (
 )
 
 SEARCHERS = ("index", "bm25", "ict", "realm")
-ASKABLE = ("bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader")
+ASKABLE = tuple(k for k in QA_SYSTEM_KEYS if k != "none")
 
 
 @dataclass

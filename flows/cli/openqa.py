@@ -28,7 +28,8 @@ from flows.cli.common import (
 Systems = Annotated[list[str] | None, typer.Option(
     "--system", help="none (null block only), bm25, ict (ORQA-like), realm; the 2x2's crossings "
                      "ict_realm_reader (ICT's encoders, REALM's reader) and realm_baseline_reader (REALM's "
-                     "encoders, the baseline reader); repeatable [default: openqa_eval.systems: none, bm25, ict, realm]")]
+                     "encoders, the baseline reader); ict_null_reader (ICT's encoders, the reader of the "
+                     "null-only pretraining run); repeatable [default: openqa_eval.systems: none, bm25, ict, realm]")]
 
 
 def system_overrides(overrides: list[str] | None, systems: list[str] | None) -> list[str]:

@@ -109,7 +109,7 @@ def prediction_row(item: dict[str, Any], answer: Any) -> dict[str, Any]:
 @app.command()
 def ask(question: Annotated[str | None, typer.Argument(help="the question")] = None,
         system: Annotated[str | None, typer.Option(
-            help="bm25, ict, realm, ict_realm_reader or realm_baseline_reader [default: the best by "
+            help="bm25, ict, realm, ict_realm_reader, realm_baseline_reader or ict_null_reader [default: the best by "
                  "SQuAD-open dev EM in the newest evaluation, else bm25]")] = None,
         questions: Annotated[Path | None, typer.Option(
             "--questions", help="many questions: one per line, or JSONL with 'question' (and 'answers')")] = None,

@@ -17,7 +17,11 @@ Two more rows cross retriever and reader start, so that what REALM pretraining d
 retriever and for the reader separate (the 2x2 of ICT or REALM encoders x baseline or REALM
 reader): `ict_realm_reader` (ICT's encoders, REALM's reader) and `realm_baseline_reader`
 (REALM's encoders, the baseline reader). They share the gold-paragraph phase of their reader
-start with the rows above, so they cost an open phase and an evaluation each.
+start with the rows above, so they cost an open phase and an evaluation each. A last row,
+`ict_null_reader`, reads with the reader of the same pretraining run on the null block alone
+(REALM Table 2's BERT baseline, stage `pretrain_null`) behind ICT's encoders: set beside
+`ict_realm_reader`, it says what retrieval during pretraining gave the reader beyond the masked
+LM itself. It has a reader start of its own, so it costs a gold-paragraph phase too.
 
 The baseline reader plays BERT's part in the paper (ORQA's reader starts from BERT, REALM's from
 BERT + REALM pretraining): `pretrain.reader_encoder`, or the reader masked-LM warm-up REALM
@@ -38,6 +42,7 @@ from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import (
     BUNDLED_ENCODER,
+    QA_SYSTEM_KEYS,
     EmbedConfig,
     FinetuneConfig,
     PretrainConfig,
@@ -88,10 +93,11 @@ class QASystem:
         return out
 
 
-SYSTEM_KEYS = ("none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader")
+SYSTEM_KEYS = QA_SYSTEM_KEYS
 SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM",
                 "ict_realm_reader": "ICT retriever + REALM's reader",
-                "realm_baseline_reader": "REALM's retriever + baseline reader"}
+                "realm_baseline_reader": "REALM's retriever + baseline reader",
+                "ict_null_reader": "ICT retriever + null-only pretrained reader"}
 
 
 def check_system_keys(keys: list[str]) -> list[str]:
@@ -102,9 +108,9 @@ def check_system_keys(keys: list[str]) -> list[str]:
 
 
 def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed: EmbedConfig,
-               encoder: str = BUNDLED_ENCODER) -> list[QASystem]:
+               encoder: str = BUNDLED_ENCODER, null_ref: ArtifactRef | None = None) -> list[QASystem]:
     """The Table 1 rows that the given artifacts allow, in order of expected strength; `encoder`
-    is the baseline reader (see the module docstring)."""
+    is the baseline reader (see the module docstring), `null_ref` the null-only pretraining run."""
     systems = [QASystem("none", SYSTEM_NAMES["none"], "none", encoder,
                         note="extractive reader, no block: nothing to extract"),
                QASystem("bm25", SYSTEM_NAMES["bm25"], "bm25", encoder)]
@@ -120,6 +126,10 @@ def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed
             if ref is not None:
                 systems.append(QASystem(key, SYSTEM_NAMES[key], "dense", reader, f"{ref.path}/query_encoder",
                                         embed.model_copy(update={"doc_encoder": f"{ref.path}/doc_encoder"})))
+    if ict_ref is not None and null_ref is not None:
+        systems.append(QASystem("ict_null_reader", SYSTEM_NAMES["ict_null_reader"], "dense", f"{null_ref.path}/reader",
+                                f"{ict_ref.path}/query_encoder",
+                                embed.model_copy(update={"doc_encoder": f"{ict_ref.path}/doc_encoder"})))
     return systems
 
 

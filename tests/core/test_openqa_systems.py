@@ -3,7 +3,7 @@ for the retriever from what it does for the reader: built from refs alone, no mo
 
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import load_config
-from realm_core.graph import closure, qa_keys, stage
+from realm_core.graph import closure, null_only, qa_keys, stage
 from realm_core.openqa.finetune_stage import qa_systems
 
 
@@ -22,6 +22,11 @@ def test_the_2x2_crosses_encoders_and_reader_starts() -> None:
     }
     # without REALM pretraining only the rows that do not need it exist
     assert [s.key for s in qa_systems(ict, None, cfg.embed)] == ["none", "bm25", "ict"]
+    # the null-only run's reader behind ICT's encoders
+    null = ArtifactRef("realm_model", "/a/realm_model/n", "h3")
+    row = qa_systems(ict, realm, cfg.embed, "bundled:base", null)[-1]
+    assert (row.key, row.query_encoder, row.doc_embed.doc_encoder if row.doc_embed else None, row.reader) == (
+        "ict_null_reader", "/a/retriever/ict/query_encoder", "/a/retriever/ict/doc_encoder", "/a/realm_model/n/reader")
 
 
 def test_crossed_systems_are_stages_that_need_pretraining_and_leave_with_it() -> None:
@@ -33,3 +38,18 @@ def test_crossed_systems_are_stages_that_need_pretraining_and_leave_with_it() ->
     assert "finetune_ict_realm_reader" in closure(cfg, ["openqa_eval"])
     null = load_config("tiny", overrides=[*both, "pretrain.retrieval=null_only"])
     assert qa_keys(null) == ["bm25"]
+
+
+def test_the_null_only_reader_row_resolves_the_null_only_run_of_the_same_config() -> None:
+    cfg = load_config("tiny", overrides=["openqa_eval.systems=[ict, ict_null_reader]"])
+    assert qa_keys(cfg) == ["ict", "ict_null_reader"]
+    assert {"ict", "pretrain_null"} <= set(stage("finetune_ict_null_reader").upstream(cfg))
+    assert "pretrain" not in closure(cfg, ["openqa_eval"])  # REALM's own run is not needed for it
+    # the stage runs the config bench/pretrain.py's null-only row resolves: one cache key for both
+    by_override = load_config("tiny", overrides=["pretrain.retrieval=null_only"])
+    assert null_only(cfg).pretrain.config_hash() == by_override.pretrain.config_hash()
+    assert null_only(cfg).pretrain.config_hash() != cfg.pretrain.config_hash()
+    assert stage("pretrain_null").config(cfg)["pretrain"]["retrieval"] == "null_only"
+    # it does not depend on REALM pretraining retrieving
+    assert qa_keys(load_config("tiny", overrides=["openqa_eval.systems=[ict_null_reader]",
+                                                  "pretrain.retrieval=null_only"])) == ["ict_null_reader"]
