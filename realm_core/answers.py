@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
@@ -30,10 +31,16 @@ def token_string(text: str) -> str:
     return " " + " ".join(answer_tokens(text)) + " "
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _needle(answer: str) -> str:
+    return token_string(answer)
+
+
 def has_answer(answers: Iterable[str], block_tokens: str) -> bool:
-    """Does any answer occur as a token sequence in a block? (`block_tokens` from `token_string`)."""
+    """Does any answer occur as a token sequence in a block? (`block_tokens` from `token_string`;
+    each answer's own token string is memoised: one question is tested against many blocks)."""
     for answer in answers:
-        needle = token_string(answer)
+        needle = _needle(answer)
         if needle.strip() and needle in block_tokens:
             return True
     return False

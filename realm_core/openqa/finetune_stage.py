@@ -50,8 +50,9 @@ from realm_core.config import (
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
+from realm_core.openqa.query_tuning import train_query_encoder
 from realm_core.openqa.reading import BlockStore, QAQuestion, with_corpus_positives
-from realm_core.openqa.retrievers import RETRIEVERS, Retriever, Sources
+from realm_core.openqa.retrievers import RETRIEVERS, Dense, Retriever, Sources
 from realm_core.progress import Progress
 
 READER_KIND = "qa_reader"
@@ -300,9 +301,17 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
         assert system.query_encoder is not None
         query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=config.dropout)
     retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)
+    checkpoints = Path(store.root) / "checkpoints" / f"finetune-{cache.key}"
+    query_phase = None
+    if isinstance(retriever, Dense) and config.train_query_encoder and config.query_phase.steps:
+        retriever.query_encoder.to(placement.device)
+        query_dev = load_questions(store, questions_ref, config.dataset, config.dev_split, config.dev_questions) \
+            if config.query_phase.eval_every else None
+        query_phase = train_query_encoder(retriever, questions, blocks, config.query_phase, config.weight_decay,
+                                          config.max_grad_norm, checkpoints / "query-phase", query_dev, progress,
+                                          config.checkpoint_every)
     reader = SpanReader.from_pretrained(reader_dir, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, query_encoder)
-    checkpoints = Path(store.root) / "checkpoints" / f"finetune-{cache.key}"
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, config.budget(),
                           checkpoints, dev, progress, placement)
     if not placement.is_main:
@@ -313,11 +322,18 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
              "steps": config.steps, "steps_trained": len(trained),
              "with_gold": round(float(np.mean([r["with_gold"] for r in curves.steps])), 3) if curves.steps else None,
              "final_loss": round(float(np.mean([r["loss"] for r in tail])), 4) if tail else None,
-             "gold_passage": gold.stats if gold is not None else None, "open": _budget_stats(curves, len(questions)),
+             "gold_passage": gold.stats if gold is not None else None,
+             "query_phase": query_phase.stats(len(questions), config.query_phase) if query_phase else None,
+             "open": _budget_stats(curves, len(questions)),
              "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision}
     report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n"
     if gold is not None:
         report += gold.report + "\n\n"
+    if query_phase is not None:
+        q = query_phase.stats(len(questions), config.query_phase)
+        report += (f"query encoder, early update: {q['steps_run']} steps, {q['epochs']} epochs, {q['wall_seconds']} s; "
+                   f"dev recall@{config.top_k} {q['dev_recall_before']} before, best {q['best_dev_recall']} "
+                   f"at step {q['best_step']}\n\n")
     report += "open-domain phase:\n\n" + _curve(curves.steps)
     with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")
