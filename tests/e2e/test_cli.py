@@ -122,6 +122,28 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, 
     assert r.returncode == 2 and "expected one of none, bm25, ict, realm" in r.stderr
 
 
+def test_the_query_phase_is_one_artifact_per_query_encoder_shared_by_its_systems(shared_data: Path,
+                                                                                   tmp_path: Path) -> None:
+    """ICT's query encoder behind two readers (the baseline's and the null-only run's): one early
+    update, both systems fine-tuned from it, and a rerun finds everything cached."""
+    root = str(tmp_path / "art")
+    r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "ict", "--system", "ict_null_reader",
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    phases = list((tmp_path / "art" / "qa_query_encoder").iterdir())
+    assert len(phases) == 1
+    stats = json.loads((phases[0] / "manifest.json").read_text())["stats"]
+    assert stats["steps_run"] == 3 and stats["dev_recall_before"] is not None
+    assert (phases[0] / "query_encoder").is_dir()
+    models = [json.loads((d / "manifest.json").read_text()) for d in (tmp_path / "art" / "openqa_model").iterdir()]
+    assert sorted(m["system"]["key"] for m in models) == ["ict", "ict_null_reader"]
+    assert all(m["stats"]["query_phase"] == stats for m in models)
+    assert len(list((tmp_path / "art" / "realm_model").iterdir())) == 1  # the null-only run alone
+    r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "ict", "--system", "ict_null_reader",
+              cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.count("(cached)") == 2, r.stdout
+
+
 def _search_and_ask(root: str, tmp_path: Path) -> None:
     """The query side on the artifacts `realm evaluate` left: documented JSON fields, batch files
     that round-trip, bad input exiting 2."""
