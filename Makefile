@@ -91,7 +91,8 @@ realm-table: $(STAMP)
 # evaluated in one run with paired intervals, with the two-epoch gold-paragraph phase of
 # bench/configs/openqa_table.yaml (25-30 minutes per reader start on 2 cores: MiniLM's and
 # REALM's). Measured 2026-11-26: 1 h 34 min after the stages `make demo` caches, 2 h 10 min from
-# a fresh clone.
+# a fresh clone, before the row ict_null_reader was added (its own reader start: one more
+# gold-paragraph phase and evaluation, about 35 minutes; not yet timed).
 openqa-table: $(STAMP)
 	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml --json bench/results/openqa.json
 	$(BIN)/python bench/readme_tables.py
