@@ -12,6 +12,7 @@ import torch
 from realm_core.config import QueryBudget
 from realm_core.openqa.query_tuning import dev_recall, early_update_loss, train_query_encoder
 from tests.core.test_finetune import QUESTIONS, _setup
+from tests.killing import KillAfter, Killed
 
 
 def test_early_update_loss_by_hand() -> None:
@@ -57,30 +58,16 @@ def test_the_starting_weights_are_kept_when_training_does_not_beat_them(tiny_ber
         assert torch.equal(v, start[k]), k
 
 
-def test_a_killed_phase_resumes_to_the_same_parameters(tiny_bert: str, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_phase_resumes_to_the_same_parameters(tiny_bert: str, tmp_path: Path) -> None:
     budget = _budget(steps=6, eval_every=3)
     _, retriever, blocks, _ = _setup(tiny_bert, "dense")
     train_query_encoder(retriever, QUESTIONS, blocks, budget, 0.01, 1.0, tmp_path / "straight", QUESTIONS,
                         checkpoint_every=2)
     straight = {k: v.clone() for k, v in retriever.query_encoder.state_dict().items()}
-
-    import realm_core.openqa.query_tuning as qt
-
-    real_save = qt.save_checkpoint
-
-    def save_then_die(root: Path, step: int, *args: object, **kw: object) -> Path:
-        path = real_save(root, step, *args, **kw)  # type: ignore[arg-type]
-        if step == 4:
-            raise KeyboardInterrupt("killed after the step-4 checkpoint")
-        return path
-
     _, retriever, blocks, _ = _setup(tiny_bert, "dense")
-    monkeypatch.setattr(qt, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Killed):  # after step 5, before its evaluation: resumes from step 4
         train_query_encoder(retriever, QUESTIONS, blocks, budget, 0.01, 1.0, tmp_path / "killed", QUESTIONS,
-                            checkpoint_every=2)
-    monkeypatch.setattr(qt, "save_checkpoint", real_save)
+                            KillAfter(5), checkpoint_every=2)
     _, retriever, blocks, _ = _setup(tiny_bert, "dense")  # a fresh process's models
     curves = train_query_encoder(retriever, QUESTIONS, blocks, budget, 0.01, 1.0, tmp_path / "killed", QUESTIONS,
                                  checkpoint_every=2)
