@@ -29,26 +29,13 @@ from realm_core.bert import load_tokenizer
 from realm_core.config import load_config, work_dir
 from realm_core.graph import Resolver, qa_system, stage
 from realm_core.openqa.finetune_stage import _blocks, _retriever, load_questions
-from realm_core.openqa.query_tuning import train_query_encoder
+from realm_core.openqa.query_tuning import answer_ranks, train_query_encoder
 from realm_core.openqa.significance import paired_bootstrap
 from realm_core.progress import LogProgress
 from realm_core.retrieval.encoders import RetrieverEncoder
 
 log = logging.getLogger("bench.query_phase")
 KS = (1, 5, 20)
-
-
-def ranks(retriever, questions, blocks, depth: int = max(KS)) -> list[int | None]:  # type: ignore[no-untyped-def]
-    """Per question, the rank of the first answer-holding block in the top `depth` (None: none)."""
-    top_k, retriever.top_k = retriever.top_k, depth
-    out: list[int | None] = []
-    for s in range(0, len(questions), 64):
-        batch = questions[s:s + 64]
-        for q, row in zip(batch, retriever.propose(batch).ids, strict=True):
-            holds = [blocks.holds_answer(q, int(z)) for z in row]
-            out.append(holds.index(True) + 1 if any(holds) else None)
-    retriever.top_k = top_k
-    return out
 
 
 def main() -> None:
@@ -76,13 +63,13 @@ def main() -> None:
     dev = load_questions(store, refs["questions"], c.dataset, c.dev_split)
     query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=c.dropout).eval()
     retriever = _retriever(store, refs["chunk"], system, blocks, query_encoder, tokenizer, c)
-    before = ranks(retriever, dev, blocks)
+    before = answer_ranks(retriever, dev, blocks, max(KS))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         curves = train_query_encoder(retriever, train, blocks, c.query_phase, c.weight_decay, c.max_grad_norm,
                                      Path(tmp), dev[:c.dev_questions], resolver.progress())
     wall = time.perf_counter() - t0
-    after = ranks(retriever, dev, blocks)
+    after = answer_ranks(retriever, dev, blocks, max(KS))
     recall = {}
     for k in KS:
         a = [r is not None and r <= k for r in after]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
@@ -55,8 +55,12 @@ class Stage:
     distributed: bool = False                          # runs on every torchrun rank, not rank 0 alone
     variant: Callable[[PipelineConfig], PipelineConfig] | None = None  # the config the stage runs on
 
+    def runs_on(self, cfg: PipelineConfig) -> PipelineConfig:
+        """The config this stage's runner gets: `variant` of the pipeline's (idempotent), or it."""
+        return self.variant(cfg) if self.variant else cfg
+
     def config(self, cfg: PipelineConfig) -> dict[str, Any]:
-        cfg = self.variant(cfg) if self.variant else cfg
+        cfg = self.runs_on(cfg)
         return {s: getattr(cfg, s).model_dump(mode="json") for s in self.sections}
 
 
@@ -188,10 +192,6 @@ def null_only(cfg: PipelineConfig) -> PipelineConfig:
     return cfg.model_copy(update={"pretrain": cfg.pretrain.model_copy(update={"retrieval": "null_only"})})
 
 
-def _pretrain_null(i: StageInputs) -> StageResult:
-    return _pretrain(replace(i, cfg=null_only(i.cfg)))
-
-
 def _questions(i: StageInputs) -> StageResult:
     from realm_core.openqa.questions_stage import run_load_questions
 
@@ -281,7 +281,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("pretrain", "pretrain", ("pretrain", "masking", "embed", "index"),
           lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True),
     Stage("pretrain_null", "pretrain, null block only (BERT baseline)", ("pretrain", "masking", "embed", "index"),
-          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain_null, distributed=True,
+          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True,
           variant=null_only),
     Stage("questions", "questions", ("questions",), _none, _questions),
     *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True)
@@ -355,7 +355,7 @@ class Resolver:
         """The runner's inputs of stage `name`, its upstream resolved."""
         s = stage(name)
         refs = {u: self.run(u).ref for u in s.upstream(self.cfg)}
-        return StageInputs(self.cfg, self.store, refs, self.progress(), name in self.force,
+        return StageInputs(s.runs_on(self.cfg), self.store, refs, self.progress(), name in self.force,
                            self.map_jobs if s.fans_out else None, self.refresh_index)
 
     def run(self, name: str) -> StageRun:

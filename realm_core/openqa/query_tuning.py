@@ -69,14 +69,27 @@ def early_update_loss(q: torch.Tensor, candidates: torch.Tensor, holds: torch.Te
     return -torch.logsumexp(log_p.masked_fill(~holds, float("-inf")), dim=-1)
 
 
-def dev_recall(retriever: Dense, dev: list[QAQuestion], blocks: BlockStore, batch_size: int = 64) -> float:
+def answer_ranks(retriever: Dense, questions: list[QAQuestion], blocks: BlockStore, depth: int,
+                 batch_size: int = 64) -> list[int | None]:
+    """Per question, the rank of the first answer-holding block in the retriever's top `depth`
+    (None: none there)."""
+    top_k, retriever.top_k = retriever.top_k, depth
+    out: list[int | None] = []
+    try:
+        for s in range(0, len(questions), batch_size):
+            batch = questions[s:s + batch_size]
+            for q, row in zip(batch, retriever.propose(batch).ids, strict=True):
+                holds = [blocks.holds_answer(q, int(z)) for z in row]
+                out.append(holds.index(True) + 1 if any(holds) else None)
+    finally:
+        retriever.top_k = top_k
+    return out
+
+
+def dev_recall(retriever: Dense, dev: list[QAQuestion], blocks: BlockStore) -> float:
     """The share of `dev` with an answer-holding block in the retriever's top_k."""
-    hits = 0
-    for s in range(0, len(dev), batch_size):
-        batch = dev[s:s + batch_size]
-        ids = retriever.propose(batch).ids  # (B, K)
-        hits += sum(any(blocks.holds_answer(q, int(z)) for z in row) for q, row in zip(batch, ids, strict=True))
-    return hits / max(len(dev), 1)
+    ranks = answer_ranks(retriever, dev, blocks, retriever.top_k)
+    return sum(r is not None for r in ranks) / max(len(dev), 1)
 
 
 def _save_best(encoder: Any, root: Path) -> None:
