@@ -31,8 +31,8 @@ def rate_text(done: int, elapsed: float, unit: str, total: int | None = None) ->
         return f"{elapsed:.0f} s, none done yet"
     rate = done / elapsed
     text = f"{rate:.1f} {unit}/s" if rate >= 1 else f"one per {1 / rate:.1f} s"
-    if total:
-        left = max(total - done, 0) / rate
+    if total and done < total:
+        left = (total - done) / rate
         text += f", about {left / 60:.0f} min left" if left >= 120 else f", about {left:.0f} s left"
     return text
 

@@ -5,6 +5,7 @@ graph and cache keys as the Prefect flows, with a plain call as the hook)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -65,10 +66,32 @@ def is_main_rank() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _progress() -> Any:
-    from realm_core.progress import NoProgress
+class _StderrNow(logging.Handler):
+    """Writes to whatever sys.stderr is when a record comes (a test runner may swap it)."""
 
-    return RichProgress() if is_main_rank() else NoProgress()
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr, flush=True)
+
+
+def _plain_log() -> logging.Logger:
+    log = logging.getLogger("realm.progress")
+    if not log.handlers:
+        handler = _StderrNow()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+def _progress() -> Any:
+    """A rich bar on a terminal; a line a minute (count, rate, time left) when stderr is a file
+    or a pipe (`nohup`, CI, `make ... > log`), where a bar would print nothing for hours."""
+    from realm_core.progress import LogProgress, NoProgress
+
+    if not is_main_rank():
+        return NoProgress()
+    return RichProgress() if console.is_terminal else LogProgress(_plain_log(), every=60)
 
 
 def resolver(preset: str, config: Path | None, overrides: list[str] | None, root: str | None,

@@ -102,3 +102,4 @@ def test_progress_rate_reads_for_fast_and_slow_units() -> None:
     assert rate_text(23, 660.0, "steps", 150) == "one per 28.7 s, about 61 min left"
     assert rate_text(140, 70.0, "steps", 150) == "2.0 steps/s, about 5 s left"
     assert rate_text(0, 3.0, "steps", 150) == "3 s, none done yet"
+    assert rate_text(150, 75.0, "steps", 150) == "2.0 steps/s"  # done: no time left to announce

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ def test_ingest_chunk_inspect_on_tiny(shared_data: Path, tmp_path: Path) -> None
     root = str(tmp_path / "art")
     r = realm("chunk", "--preset", "tiny", "--root", root, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    # stderr is a pipe here, not a terminal: progress comes as timestamped lines, not a bar
+    assert re.search(r"^\d\d:\d\d:\d\d .+: \d+.* \(.+\)$", r.stderr, re.M), r.stderr
     blocks_dir = next((tmp_path / "art" / "blocks").iterdir())
     r = realm("inspect", str(blocks_dir), "--rows", "2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
