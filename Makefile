@@ -81,8 +81,9 @@ pretrain-table: $(STAMP)
 
 # REALM Table 2 on the demo corpus: every ablation row at the pretraining budget of the demo,
 # scored on 1,500 held-out spans (bench/configs/realm_table.yaml), paired on the same examples
-# where they mask the same spans, and zero-shot recall before and after. Not yet timed here; a
-# REALM run is about 21 minutes on 2 cores, null-only 1.5, so about 2.3 hours for 7 rows.
+# where they mask the same spans, and zero-shot recall before and after. Measured 2026-11-26:
+# 10,343 s (2 h 52 min) on 2 cores with other jobs beside it at times, the ICT warm start, index
+# and reader warm-up included; a row run alone took 10-13 minutes.
 realm-table: $(STAMP)
 	$(BIN)/python bench/pretrain.py --table --config bench/configs/realm_table.yaml
 	$(BIN)/python bench/readme_tables.py
