@@ -23,7 +23,6 @@ from realm_core.progress import NoProgress, Progress
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
 RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)
-QA_SYSTEMS = QA_SYSTEM_KEYS
 # the open-QA systems built from REALM pretraining's artifacts (its encoders or its reader)
 PRETRAINED_SYSTEMS = frozenset({"realm", "ict_realm_reader", "realm_baseline_reader"})
 # each system's own upstream stages besides the blocks, the questions and the reader start
@@ -285,7 +284,7 @@ STAGES: tuple[Stage, ...] = (
           variant=null_only),
     Stage("questions", "questions", ("questions",), _none, _questions),
     *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True)
-      for k in QA_SYSTEMS if k != "none"),
+      for k in QA_SYSTEM_KEYS if k != "none"),
     Stage("openqa_eval", "open-QA evaluation", ("openqa_eval", "finetune", "embed"), _eval_upstream, _openqa_eval),
 )
 BY_NAME = {s.name: s for s in STAGES}
