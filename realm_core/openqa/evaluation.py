@@ -6,11 +6,14 @@ McNemar's p for every pair of trained systems (`openqa_eval` artifact)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
+import torch
 
 from realm_core.answers import f1_score
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
@@ -38,7 +41,61 @@ from realm_core.openqa.finetune_stage import (
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.openqa.retrievers import RETRIEVERS, Retriever
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
+from realm_core.openqa.span_reader import SpanReader
 from realm_core.progress import NoProgress, Progress
+
+
+def weights_key(module: torch.nn.Module) -> str:
+    """A hash of a module's weights: two systems' readers with equal keys score rows equally."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class ReadMemo:
+    """Span scores of every reader row read in one evaluation, keyed by the reader's weights and
+    the row's own wordpieces, so that each distinct row is read once. With no open-domain phase
+    (the demo and `make openqa-table`), BM25, ICT and REALM's retriever + baseline reader answer
+    with one reader, and REALM and ICT's retriever + REALM's reader with another, and their top-k
+    blocks overlap, on the calibration questions as on the test ones. Scores are kept unpadded,
+    (row length, L), -inf where a span leaves the body."""
+
+    scores: dict[tuple[str, bytes], torch.Tensor] = field(default_factory=dict)
+    read: int = 0    # rows a reader ran on
+    reused: int = 0  # rows answered from the memo
+
+
+class ReadOnce(torch.nn.Module):
+    """A span reader (same call as `SpanReader`) that runs only on the rows `memo` lacks."""
+
+    def __init__(self, reader: SpanReader, memo: ReadMemo) -> None:
+        super().__init__()
+        self.reader, self.memo, self.key = reader, memo, weights_key(reader)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, block_token_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> torch.Tensor:
+        """(B, K, T) rows -> span scores (B, K, T, L), as the reader's own."""
+        b, k, t = input_ids.shape
+        flat = [x.reshape(b * k, t) for x in (input_ids, attention_mask, block_token_mask, token_type_ids)]
+        lengths = flat[1].sum(-1).tolist()
+        keys = [(self.key, hashlib.sha1(b"".join(x[i, :n].numpy().tobytes() for x in (flat[0], flat[2], flat[3])),
+                                        usedforsecurity=False).digest())
+                for i, n in enumerate(lengths)]
+        todo = [i for i, key in enumerate(keys) if key not in self.memo.scores]
+        if todo:  # the new rows, read as one question's K
+            new = self.reader(*(x[todo][None] for x in (flat[0], flat[1], flat[2], flat[3]))).float()[0]  # (M, T, L)
+            for m, i in enumerate(todo):
+                self.memo.scores[keys[i]] = new[m, :lengths[i]].clone()
+        self.memo.read += len(todo)
+        self.memo.reused += len(keys) - len(todo)
+        out = torch.full((b * k, t, self.reader.scorer.max_span_length), float("-inf"))
+        for i, key in enumerate(keys):
+            row = self.memo.scores[key]
+            out[i, :row.shape[0]] = row
+        return out.view(b, k, t, -1)
 
 
 def answerable(questions: list[QAQuestion], blocks: BlockStore) -> list[bool]:
@@ -95,7 +152,6 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     question's own paragraph: the reader's ceiling apart from retrieval."""
     from realm_core.bert import load_tokenizer
     from realm_core.openqa.retrievers import GoldPassage
-    from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
 
     progress = progress or NoProgress()
@@ -140,7 +196,9 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, finetune_config)
         runs.append((system.name, retriever, QAModels(reader, query_encoder), kind.retrieves))
     temperatures: dict[str, Any] = {}
+    memo = ReadMemo()  # each distinct (reader, row) read once across systems and settings
     for name, retriever, models, fit in runs:
+        models = QAModels(cast(SpanReader, ReadOnce(models.reader, memo)), models.query_encoder)
         temperature: float | None = finetune_config.train_temperature(retriever.name)
         form = finetune_config.form
         if fit:  # form and retrieval temperature, fit on dev questions (uniform p(z|x) is a candidate)
@@ -185,6 +243,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
                          "fine_tuned": True, "reader_start": baseline})
     report = results_markdown(results, specs, finetune_config)
     stats = {f"{d} EM {s}": round(m["EM"], 4) for d, r in results.items() for s, m in r["systems"].items()}
+    stats |= {"reader rows read": memo.read, "reader rows reused": memo.reused}
     with cache.write() as out:
         out.table("openqa_predictions").write(rows)
         out.extra_manifest.update({"results": results, "systems": specs, "stats": stats, "report": report,

@@ -10,7 +10,7 @@ import torch
 from realm_core.bert import load_tokenizer
 from realm_core.config import FinetuneConfig, ReaderBudget
 from realm_core.errors import InputError
-from realm_core.openqa.evaluation import _check_regexes, answerable
+from realm_core.openqa.evaluation import ReadMemo, ReadOnce, _check_regexes, answerable
 from realm_core.openqa.finetune import (
     Prediction,
     QAModels,
@@ -140,6 +140,32 @@ def test_killed_finetuning_resumes_to_the_same_parameters(tiny_bert: str, tmp_pa
         assert torch.allclose(v, straight[k], atol=1e-6), k
     for k, v in models.query_encoder.state_dict().items():
         assert torch.allclose(v, straight_q[k], atol=1e-6), k
+
+
+def test_systems_sharing_a_reader_read_each_row_once_with_the_same_answers(tiny_bert: str) -> None:
+    """The evaluation's memo: a second system whose reader has the same weights (a copy, as two
+    systems' artifacts are) reads only the rows the first did not, and answers as it would
+    alone; a reader with other weights shares nothing."""
+    models, dense, blocks, tok = _setup(tiny_bert, "dense")
+    bm25, config = BM25(blocks, 2), _config()
+    alone = {r.name: predict(models, r, QUESTIONS, blocks, tok, config, 10, 3)[None] for r in (bm25, dense)}
+    memo = ReadMemo()
+    first = predict(QAModels(ReadOnce(models.reader, memo), None), bm25, QUESTIONS, blocks, tok, config, 10, 3)[None]
+    assert (memo.read, memo.reused) == (len(QUESTIONS) * 2, 0)
+    twin = SpanReader.from_pretrained(tiny_bert, 4, seed=1)
+    twin.load_state_dict(models.reader.state_dict())
+    second = predict(QAModels(ReadOnce(twin, memo), models.query_encoder), dense, QUESTIONS, blocks, tok, config,
+                     10, 3)[None]
+    shared = sum(len({int(z) for z in bm25.propose([q]).ids[0]} & {int(z) for z in dense.propose([q]).ids[0]})
+                 for q in QUESTIONS)
+    assert shared > 0 and memo.reused == shared and memo.read == 2 * len(QUESTIONS) * 2 - shared
+    for got, want in ((first, alone[bm25.name]), (second, alone[dense.name])):
+        assert [(p.answer, p.block_ids) for p in got] == [(p.answer, p.block_ids) for p in want]
+        assert [p.score for p in got] == pytest.approx([p.score for p in want], rel=1e-5)
+    read = memo.read
+    predict(QAModels(ReadOnce(SpanReader.from_pretrained(tiny_bert, 4, seed=1), memo), None), bm25, QUESTIONS,
+            blocks, tok, config, 10, 3)
+    assert memo.read == read + len(QUESTIONS) * 2
 
 
 def test_no_retrieval_has_nothing_to_extract(tiny_bert: str) -> None:
