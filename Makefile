@@ -90,10 +90,10 @@ realm-table: $(STAMP)
 
 # README's open-QA table (REALM Table 1 layout): every system trained with the same budgets, then
 # evaluated in one run with paired intervals, with the two-epoch gold-paragraph phase of
-# bench/configs/openqa_table.yaml (25-30 minutes per reader start on 2 cores: MiniLM's and
-# REALM's). Measured 2026-11-26: 1 h 34 min after the stages `make demo` caches, 2 h 10 min from
-# a fresh clone, before the row ict_null_reader was added (its own reader start: one more
-# gold-paragraph phase and evaluation, about 35 minutes; not yet timed).
+# bench/configs/openqa_table.yaml (25-32 minutes per reader start on 2 cores: MiniLM's, REALM's and
+# the null-only run's), pretraining from make realm-table's runs. Measured 2026-11-26: 2 h 0 min
+# after make realm-table (three gold phases 84 min, evaluation of eight rows 36 min); after make
+# demo alone about 52 min more (the reader warm-up and the two pretraining runs it reads).
 openqa-table: $(STAMP)
 	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml --json bench/results/openqa.json
 	$(BIN)/python bench/readme_tables.py
