@@ -286,8 +286,8 @@ def _reader_start(path: str) -> str:
     parts = Path(path).parts
     if "reader_mlm" in parts:
         return "the reader masked-LM warm-up that REALM pretraining starts from"
-    if "realm_model" in parts:
-        return "REALM's pretrained reader"
+    if "realm_model" in parts:  # REALM's run or the null-only one: both are realm_model artifacts
+        return f"the reader of pretraining run `realm_model/{parts[parts.index('realm_model') + 1][:8]}`"
     if path.startswith("bundled:"):
         return f"`{path.split(':', 1)[1]}` as shipped"
     return f"`{Path(path).name}` as shipped"
