@@ -100,4 +100,4 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         assert run.ref is not None
         m = stages.store.open(run.ref).manifest
         write_json(json_out, {"preset": preset, "artifact": run.ref.path} | {
-            k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune")})
+            k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune", "stats")})

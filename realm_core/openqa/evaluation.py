@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -45,19 +46,10 @@ from realm_core.openqa.span_reader import SpanReader
 from realm_core.progress import NoProgress, Progress
 
 
-def weights_key(module: torch.nn.Module) -> str:
-    """A hash of a module's weights: two systems' readers with equal keys score rows equally."""
-    h = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 @dataclass
 class ReadMemo:
-    """Span scores of every reader row read in one evaluation, keyed by the reader's weights and
-    the row's own wordpieces, so that each distinct row is read once. With no open-domain phase
+    """Span scores of every reader row read in one evaluation, keyed by the reader's weights (the
+    content hash of its directory) and the row's own wordpieces, so that each distinct row is read once. With no open-domain phase
     (the demo and `make openqa-table`), BM25, ICT and REALM's retriever + baseline reader answer
     with one reader, and REALM and ICT's retriever + REALM's reader with another, and their top-k
     blocks overlap, on the calibration questions as on the test ones. Scores are kept unpadded,
@@ -67,13 +59,17 @@ class ReadMemo:
     read: int = 0    # rows a reader ran on
     reused: int = 0  # rows answered from the memo
 
+    def forget(self, key: str) -> None:
+        """Drop the rows of the reader whose weights hash to `key` (no later system reads with it)."""
+        self.scores = {k: v for k, v in self.scores.items() if k[0] != key}
+
 
 class ReadOnce(torch.nn.Module):
     """A span reader (same call as `SpanReader`) that runs only on the rows `memo` lacks."""
 
-    def __init__(self, reader: SpanReader, memo: ReadMemo) -> None:
+    def __init__(self, reader: SpanReader, memo: ReadMemo, key: str) -> None:
         super().__init__()
-        self.reader, self.memo, self.key = reader, memo, weights_key(reader)
+        self.reader, self.memo, self.key = reader, memo, key  # key: the reader's weights, hashed
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, block_token_mask: torch.Tensor,
                 token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -153,6 +149,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     from realm_core.bert import load_tokenizer
     from realm_core.openqa.retrievers import GoldPassage
     from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.stage import encoder_hash
 
     progress = progress or NoProgress()
     baseline = entries[0][0].reader
@@ -165,6 +162,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     cache = CachedStage(store, EVAL_KIND, config, inputs)
     if cache.hit:
         return cache.hit
+    started = time.perf_counter()
     tokenizer = load_tokenizer(baseline)
     blocks = _blocks(store, blocks_ref, tokenizer)
     datasets = {d: load_questions(store, questions_ref, d, config.split, config.question_limits.get(d), blocks)
@@ -181,14 +179,21 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     rows: list[dict[str, Any]] = []
     k = finetune_config.top_k
     runs: list[tuple[str, Retriever, QAModels, bool]] = []  # name, retriever, models, fit τ
+    memo = ReadMemo()  # each distinct (reader, row) read once across systems and settings
+
+    def read_once(reader_dir: str) -> SpanReader:
+        # one seed for every reader: a directory without a span head gets the same fresh one, so
+        # equal directory hashes mean equal weights
+        reader = SpanReader.from_pretrained(reader_dir, finetune_config.max_span_length, seed=finetune_config.seed)
+        return cast(SpanReader, ReadOnce(reader, memo, encoder_hash(reader_dir)))
+
     if gold is not None:
-        reader = SpanReader.from_pretrained(f"{gold.ref.path}/reader", finetune_config.max_span_length)
-        runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(reader, None), False))
+        runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(read_once(f"{gold.ref.path}/reader"), None), False))
     for system, model in entries:
         reader_dir = f"{model.path}/reader" if model else system.reader
         kind = RETRIEVERS[system.retrieval]
         query_dir = f"{model.path}/query_encoder" if model and kind.needs_query_encoder else system.query_encoder
-        reader = SpanReader.from_pretrained(reader_dir, finetune_config.max_span_length, seed=finetune_config.seed)
+        reader = read_once(reader_dir)
         query_encoder = None
         if kind.needs_query_encoder:
             assert query_dir is not None
@@ -196,9 +201,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, finetune_config)
         runs.append((system.name, retriever, QAModels(reader, query_encoder), kind.retrieves))
     temperatures: dict[str, Any] = {}
-    memo = ReadMemo()  # each distinct (reader, row) read once across systems and settings
-    for name, retriever, models, fit in runs:
-        models = QAModels(cast(SpanReader, ReadOnce(models.reader, memo)), models.query_encoder)
+    for i, (name, retriever, models, fit) in enumerate(runs):
         temperature: float | None = finetune_config.train_temperature(retriever.name)
         form = finetune_config.form
         if fit:  # form and retrieval temperature, fit on dev questions (uniform p(z|x) is a candidate)
@@ -227,6 +230,9 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
                       "answer_rank": r, "answer_read": rd, "f1": f}
                      for q, p, c, r, a, rd, f in zip(qs, preds, sc["correct"], sc["rank"], in_corpus[d], sc["read"],
                                                      sc["f1"], strict=True)]
+        key = cast(ReadOnce, models.reader).key
+        if all(cast(ReadOnce, later.reader).key != key for _, _, later, _ in runs[i + 1:]):
+            memo.forget(key)  # its rows are read by no later system: free them
     trained = {GOLD_SYSTEM} | {s.name for s, m in entries if m is not None}
     for d in datasets:
         names = [n for n in per_question[d] if n in trained]
@@ -244,6 +250,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     report = results_markdown(results, specs, finetune_config)
     stats = {f"{d} EM {s}": round(m["EM"], 4) for d, r in results.items() for s, m in r["systems"].items()}
     stats |= {"reader rows read": memo.read, "reader rows reused": memo.reused}
+    stats["wall seconds"] = round(time.perf_counter() - started, 1)  # this evaluation, its fine-tuning apart
     with cache.write() as out:
         out.table("openqa_predictions").write(rows)
         out.extra_manifest.update({"results": results, "systems": specs, "stats": stats, "report": report,

@@ -31,6 +31,7 @@ from realm_core.openqa.reading import (
 from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, GoldWithNegatives, Retriever
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.stage import encoder_hash
 
 TITLES = ["France", "Germany", "Italy", "Zürich", "Spain", "Japan"]
 TEXTS = ["Paris is the capital and largest city of France.",
@@ -142,20 +143,26 @@ def test_killed_finetuning_resumes_to_the_same_parameters(tiny_bert: str, tmp_pa
         assert torch.allclose(v, straight_q[k], atol=1e-6), k
 
 
-def test_systems_sharing_a_reader_read_each_row_once_with_the_same_answers(tiny_bert: str) -> None:
-    """The evaluation's memo: a second system whose reader has the same weights (a copy, as two
-    systems' artifacts are) reads only the rows the first did not, and answers as it would
-    alone; a reader with other weights shares nothing."""
+def test_systems_sharing_a_reader_read_each_row_once_with_the_same_answers(tiny_bert: str, tmp_path: Path) -> None:
+    """The evaluation's memo: a second system whose reader is a copy (its own saved directory, as
+    two systems' artifacts are) reads only the rows the first did not, and answers as it would
+    alone; a reader with other weights shares nothing. Keys are the directories' hashes, as in
+    the evaluation."""
     models, dense, blocks, tok = _setup(tiny_bert, "dense")
     bm25, config = BM25(blocks, 2), _config()
     alone = {r.name: predict(models, r, QUESTIONS, blocks, tok, config, 10, 3)[None] for r in (bm25, dense)}
+    for name in ("one", "copy"):
+        models.reader.save_pretrained(tmp_path / name)
+    SpanReader.from_pretrained(tiny_bert, 4, seed=1).save_pretrained(tmp_path / "other")
+    key = {name: encoder_hash(str(tmp_path / name)) for name in ("one", "copy", "other")}
+    assert key["one"] == key["copy"] != key["other"]
     memo = ReadMemo()
-    first = predict(QAModels(ReadOnce(models.reader, memo), None), bm25, QUESTIONS, blocks, tok, config, 10, 3)[None]
+    first = predict(QAModels(ReadOnce(models.reader, memo, key["one"]), None), bm25, QUESTIONS, blocks, tok, config,
+                    10, 3)[None]
     assert (memo.read, memo.reused) == (len(QUESTIONS) * 2, 0)
-    twin = SpanReader.from_pretrained(tiny_bert, 4, seed=1)
-    twin.load_state_dict(models.reader.state_dict())
-    second = predict(QAModels(ReadOnce(twin, memo), models.query_encoder), dense, QUESTIONS, blocks, tok, config,
-                     10, 3)[None]
+    twin = SpanReader.from_pretrained(str(tmp_path / "copy"), 4)
+    second = predict(QAModels(ReadOnce(twin, memo, key["copy"]), models.query_encoder), dense, QUESTIONS, blocks,
+                     tok, config, 10, 3)[None]
     shared = sum(len({int(z) for z in bm25.propose([q]).ids[0]} & {int(z) for z in dense.propose([q]).ids[0]})
                  for q in QUESTIONS)
     assert shared > 0 and memo.reused == shared and memo.read == 2 * len(QUESTIONS) * 2 - shared
@@ -163,9 +170,13 @@ def test_systems_sharing_a_reader_read_each_row_once_with_the_same_answers(tiny_
         assert [(p.answer, p.block_ids) for p in got] == [(p.answer, p.block_ids) for p in want]
         assert [p.score for p in got] == pytest.approx([p.score for p in want], rel=1e-5)
     read = memo.read
-    predict(QAModels(ReadOnce(SpanReader.from_pretrained(tiny_bert, 4, seed=1), memo), None), bm25, QUESTIONS,
-            blocks, tok, config, 10, 3)
+    other = SpanReader.from_pretrained(str(tmp_path / "other"), 4)
+    predict(QAModels(ReadOnce(other, memo, key["other"]), None), bm25, QUESTIONS, blocks, tok, config, 10, 3)
     assert memo.read == read + len(QUESTIONS) * 2
+    held = len(memo.scores)
+    memo.forget(key["one"])  # the evaluation frees a reader's rows once no later system reads with it
+    assert len(memo.scores) == held - (2 * len(QUESTIONS) * 2 - shared)
+    assert {k[0] for k in memo.scores} == {key["other"]}
 
 
 def test_no_retrieval_has_nothing_to_extract(tiny_bert: str) -> None:
