@@ -110,7 +110,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # GPUs: bf16 autocast for the matrix products (weights and AdamW stay fp32)
         "embed": {"doc_encoder": "bert-base-uncased", "batch_size": 256, "float16": True, "precision": "bf16"},
         "index": {"factory": "IVF65536,Flat", "ivf_nprobe": 64},
-        "ict": {"encoder": "bert-base-uncased"},
+        # ORQA's 4,096 contexts of 288 a step do not fit one device's memory at once: 256 at a
+        # time, the loss and gradients still the whole batch's (GradCache)
+        "ict": {"encoder": "bert-base-uncased", "micro_batch": 256},
         "pretrain": {"reader_encoder": "bert-base-uncased", "precision": "bf16"},
     },
 }

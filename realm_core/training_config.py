@@ -19,12 +19,17 @@ from realm_core.stage_config import (
 class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "micro_batch"})
 
     encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
-    projection_dim: int = Field(128, ge=1)
+    projection_dim: int = Field(128, ge=0, description="size of the head over the pooled state (ORQA: 128); "
+                                "0: no head, the pooled state itself")
     pooling: Literal["cls", "mean"] = "cls"
     batch_size: int = Field(4096, ge=2, description="examples per step; the others are in-batch negatives")
+    micro_batch: int = Field(0, ge=0, description=(
+        "examples a forward/backward holds at once (0: the whole batch); below the batch size, "
+        "memory follows the micro-batch at the cost of a second forward (GradCache), with the "
+        "whole batch's loss and gradients"))
     learning_rate: float = Field(1e-4, gt=0)
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.01, ge=0)

@@ -91,18 +91,71 @@ def inverse_cloze_batch(corpus: ClozeCorpus, batch_size: int, keep_sentence_prob
     return queries, titles, contexts
 
 
-def inverse_cloze_loss(query_encoder: Any, doc_encoder: Any, queries: dict[str, Any],
-                       blocks: dict[str, Any]) -> tuple[Any, Any]:
-    """In-batch softmax cross-entropy (ORQA eq. 3); returns (loss, top-1 accuracy)."""
+def _in_batch_loss(q: Any, d: Any) -> tuple[Any, Any]:
+    """In-batch softmax cross-entropy (ORQA eq. 3) of query (B, D) and context (B, D)
+    embeddings; returns (loss, top-1 accuracy)."""
     import torch
 
-    q = query_encoder(queries["input_ids"], queries["attention_mask"])  # (B, D)
-    d = doc_encoder(blocks["input_ids"], blocks["attention_mask"])       # (B, D)
-    scores = q @ d.T                                                     # (B, B)
+    scores = q @ d.T  # (B, B)
     target = torch.arange(len(q))
     loss = torch.nn.functional.cross_entropy(scores, target)
     accuracy = (scores.argmax(-1) == target).float().mean()
     return loss, accuracy
+
+
+def _rng_state() -> tuple[Any, Any]:
+    import torch
+
+    cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if cuda else None)
+
+
+def _set_rng_state(state: tuple[Any, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def inverse_cloze_step(query_encoder: Any, doc_encoder: Any, queries: dict[str, Any], blocks: dict[str, Any],
+                       micro_batch: int = 0) -> tuple[Any, Any]:
+    """One batch's loss and accuracy, with the loss's gradients accumulated in both encoders.
+
+    `micro_batch` in (0, B) bounds memory by the micro-batch, not the batch, at the cost of a
+    second forward (GradCache, Gao et al. 2021): every micro-batch is embedded without a graph,
+    the in-batch loss over all B x B scores gives the gradient of each embedding, and each
+    micro-batch is embedded again with a graph, from the random state of its first pass (the
+    same dropout masks), and back-propagates its rows of that gradient. The gradients are the
+    whole batch's; every other context stays a negative of every query."""
+    import torch
+
+    n = len(queries["input_ids"])
+    if micro_batch <= 0 or micro_batch >= n:
+        q = query_encoder(queries["input_ids"], queries["attention_mask"])  # (B, D)
+        d = doc_encoder(blocks["input_ids"], blocks["attention_mask"])       # (B, D)
+        loss, accuracy = _in_batch_loss(q, d)
+        loss.backward()
+        return loss.detach(), accuracy
+    parts = [slice(s, s + micro_batch) for s in range(0, n, micro_batch)]
+    states, q_parts, d_parts = [], [], []
+    with torch.no_grad():
+        for part in parts:
+            states.append(_rng_state())
+            q_parts.append(query_encoder(queries["input_ids"][part], queries["attention_mask"][part]))
+            d_parts.append(doc_encoder(blocks["input_ids"][part], blocks["attention_mask"][part]))
+    q = torch.cat(q_parts).requires_grad_()  # (B, D), leaves: the loss's gradient lands here
+    d = torch.cat(d_parts).requires_grad_()
+    loss, accuracy = _in_batch_loss(q, d)
+    loss.backward()
+    q_grad, d_grad = q.grad, d.grad
+    assert q_grad is not None and d_grad is not None
+    for part, state in zip(parts, states, strict=True):
+        _set_rng_state(state)
+        q_part = query_encoder(queries["input_ids"][part], queries["attention_mask"][part])
+        d_part = doc_encoder(blocks["input_ids"][part], blocks["attention_mask"][part])
+        torch.autograd.backward([q_part, d_part], [q_grad[part], d_grad[part]])
+    return loss.detach(), accuracy
 
 
 @dataclass
@@ -158,9 +211,8 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
         set_learning_rate(optimizer, lr)
         # forward, backward, clip, step
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
-        loss, accuracy = inverse_cloze_loss(query_encoder, doc_encoder, q, d)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, accuracy = inverse_cloze_step(query_encoder, doc_encoder, q, d, config.micro_batch)
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
                                        config.max_grad_norm)
         optimizer.step()
