@@ -325,7 +325,7 @@ def projection_table(result: dict) -> str:
     lines += ["", f"Calculated, not measured: {result['blocks']:,} blocks of {result['block_wordpieces']} wordpieces; "
               f"a REALM step is {sh['batch']} examples x k={sh['top_k']} reader sequences of {sh['reader']} plus "
               f"{sh['top_k'] - 1} blocks of {sh['doc']} re-embedded with gradient and a query of {sh['query']}, "
-              f"training = 3 forward passes; **assumed** {a['sustained_tflops']:,.0f} TFLOP/s sustained per GPU "
+              f"training = 3 forward passes (ICT in micro-batches: 4, the first without a graph); **assumed** {a['sustained_tflops']:,.0f} TFLOP/s sustained per GPU "
               f"({100 * a['utilization']:.0f}% of a {a['peak_tflops']:,.0f} TFLOP/s bf16 peak), perfect scaling "
               f"over GPUs, no time for data loading, search or checkpoints."]
     if "measured_on_gpu" in result:
