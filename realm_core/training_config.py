@@ -19,7 +19,7 @@ from realm_core.stage_config import (
 class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "micro_batch"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "micro_batch", "device"})
 
     encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
     projection_dim: int = Field(128, ge=0, description="size of the head over the pooled state (ORQA: 128); "
@@ -43,6 +43,8 @@ class ICTConfig(StageConfig):
     checkpoint_every: int = Field(50, ge=1, description="steps between resumable checkpoints")
     log_every: int = Field(10, ge=1)
     seed: int = 0
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
 
 
 class RetroMAEConfig(StageConfig):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,9 @@ import pyarrow as pa
 from realm_core.config import ICTConfig
 from realm_core.errors import InputError
 from realm_core.progress import NoProgress, Progress
+
+if TYPE_CHECKING:
+    from realm_core.distributed import Placement
 
 
 @dataclass
@@ -96,8 +99,8 @@ def _in_batch_loss(q: Any, d: Any) -> tuple[Any, Any]:
     embeddings; returns (loss, top-1 accuracy)."""
     import torch
 
-    scores = q @ d.T  # (B, B)
-    target = torch.arange(len(q))
+    scores = (q @ d.T).float()  # (B, B)
+    target = torch.arange(len(q), device=q.device)
     loss = torch.nn.functional.cross_entropy(scores, target)
     accuracy = (scores.argmax(-1) == target).float().mean()
     return loss, accuracy
@@ -169,11 +172,15 @@ class LossPoint:
 
 def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: Any, tokenizer: Any,
                         config: ICTConfig, checkpoint_root: Path, progress: Progress | None = None,
-                        on_log: Callable[[LossPoint], None] | None = None) -> list[LossPoint]:
+                        on_log: Callable[[LossPoint], None] | None = None,
+                        placement: Placement | None = None) -> list[LossPoint]:
     """Train both encoders in place for `config.steps` steps, resuming from the newest checkpoint
-    under `checkpoint_root`. Returns the loss curve of the whole run (resumed part included)."""
+    under `checkpoint_root`. Returns the loss curve of the whole run (resumed part included).
+    The encoders are on `placement`'s device (default: the CPU, fp32); its precision is the
+    forwards' autocast."""
     import torch
 
+    from realm_core.distributed import Placement
     from realm_core.training import (
         adamw,
         latest_checkpoint,
@@ -185,6 +192,7 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
     )
 
     progress = progress or NoProgress()
+    placement = placement or Placement.single()
     modules = {"query_encoder": query_encoder, "doc_encoder": doc_encoder}
     optimizer = adamw([query_encoder, doc_encoder], config.learning_rate, config.weight_decay)
     curve: list[LossPoint] = []
@@ -204,15 +212,16 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
         queries, titles, contexts = inverse_cloze_batch(corpus, config.batch_size,
                                                         config.keep_sentence_prob, rng)
         q = tokenizer(queries, truncation=True, max_length=config.query_length,
-                      padding=True, return_tensors="pt")
+                      padding=True, return_tensors="pt").to(placement.device)
         d = tokenizer(titles, contexts, truncation="only_second", max_length=config.block_length,
-                      padding=True, return_tensors="pt")
+                      padding=True, return_tensors="pt").to(placement.device)
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
         set_learning_rate(optimizer, lr)
         # forward, backward, clip, step
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
         optimizer.zero_grad(set_to_none=True)
-        loss, accuracy = inverse_cloze_step(query_encoder, doc_encoder, q, d, config.micro_batch)
+        with placement.compute():
+            loss, accuracy = inverse_cloze_step(query_encoder, doc_encoder, q, d, config.micro_batch)
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
                                        config.max_grad_norm)
         optimizer.step()

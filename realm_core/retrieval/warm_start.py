@@ -51,6 +51,7 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
                        config: ICTConfig, progress: Progress | None = None,
                        force: bool = False) -> StageResult:
     """Inverse Cloze Task over the blocks and their sentences (from the salient-span stage)."""
+    from realm_core.distributed import Placement, resolve_device
     from realm_core.retrieval.inverse_cloze import cloze_corpus, train_inverse_cloze
 
     inputs = {"blocks": blocks_ref.content_hash, "sentences": spans_ref.content_hash,
@@ -71,10 +72,13 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     # the same seed: both start as the untrained-projection retriever, the evaluation's baseline
     doc_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim,
                                                    config.pooling, config.seed, dropout=config.dropout)
+    placement = Placement(resolve_device(config.device), config.precision)
+    for encoder in (query_encoder, doc_encoder):
+        encoder.to(placement.device)
     ckpt_root = checkpoint_root(store, cache.key)
     t0 = time.perf_counter()
     curve = train_inverse_cloze(corpus, query_encoder, doc_encoder, tokenizer, config, ckpt_root,
-                                progress or NoProgress())
+                                progress or NoProgress(), placement=placement)
     rows = [p.__dict__ for p in curve]
     tail = rows[-min(10, len(rows)):]
     stats = {"steps": config.steps, "usable_blocks": len(corpus), "batch_size": config.batch_size,
@@ -83,7 +87,7 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
              "first_loss": round(rows[0]["loss"], 4), "train_seconds": round(time.perf_counter() - t0, 1)}
     with cache.write() as out:
         for name, encoder in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
-            encoder.eval()
+            encoder.to("cpu").eval()
             encoder.save_pretrained(out.tmp / name, tokenizer_source=config.encoder)
         out.table("ict_curve").write(rows)
         plot_curves(rows, "step", ["loss", "accuracy"], out.file("ict_curve.png"),

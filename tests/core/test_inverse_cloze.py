@@ -146,3 +146,28 @@ def test_micro_batches_give_the_whole_batch_gradients(dropout: float) -> None:
             m.zero_grad(set_to_none=True)
         inverse_cloze_step(q_enc, d_enc, queries, blocks, 2)
         assert any(not torch.allclose(a, b, atol=1e-5) for a, b in zip(_grads(encoders), ref, strict=True))
+
+
+def test_a_placement_sets_the_forwards_precision_and_the_weights_stay_fp32(tmp_path: Path) -> None:
+    """The paper preset trains ICT on a GPU in bf16 autocast; on the CPU the same code path runs
+    (the placement's device is the CPU here), its losses close to but not equal to fp32's."""
+    import math
+
+    from realm_core.distributed import Placement
+
+    texts = [f"{n} was born in {c}. {n} later moved to {o} for work." for n, c, o in
+             [("Ada", "London", "Paris"), ("Alan", "Maida Vale", "Manchester"), ("Kurt", "Brno", "Vienna")]]
+    corpus = cloze_corpus(*_tables(texts), min_sentence_chars=10)
+    cfg = ICTConfig(batch_size=3, steps=2, query_length=16, block_length=32, dropout=0.0, learning_rate=1e-3,
+                    checkpoint_every=5, projection_dim=8, micro_batch=2)
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        q = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 8, "cls", 0)
+        d = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 8, "cls", 0)
+        curve = train_inverse_cloze(corpus, q, d, load_tokenizer(BUNDLED_ENCODER), cfg, tmp_path / precision,
+                                    placement=Placement(torch.device("cpu"), precision))  # type: ignore[arg-type]
+        losses[precision] = [p.loss for p in curve]
+        assert all(math.isfinite(x) for x in losses[precision])
+        assert {p.dtype for p in q.parameters()} == {torch.float32}
+    # the first step's loss, before either has moved: bf16 rounding only
+    assert losses["bf16"][0] == pytest.approx(losses["fp32"][0], abs=0.02) and losses["bf16"][0] != losses["fp32"][0]
