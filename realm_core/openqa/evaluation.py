@@ -49,11 +49,12 @@ from realm_core.progress import NoProgress, Progress
 @dataclass
 class ReadMemo:
     """Span scores of every reader row read in one evaluation, keyed by the reader's weights (the
-    content hash of its directory) and the row's own wordpieces, so that each distinct row is read once. With no open-domain phase
-    (the demo and `make openqa-table`), BM25, ICT and REALM's retriever + baseline reader answer
-    with one reader, and REALM and ICT's retriever + REALM's reader with another, and their top-k
-    blocks overlap, on the calibration questions as on the test ones. Scores are kept unpadded,
-    (row length, L), -inf where a span leaves the body."""
+    content hash of its directory) and the row's own wordpieces, so that each distinct row is
+    read once. With no open-domain phase (the demo and `make openqa-table`), BM25, ICT and
+    REALM's retriever + baseline reader answer with one reader, and REALM and ICT's retriever +
+    REALM's reader with another, and their top-k blocks overlap, on the calibration questions
+    as on the test ones. Scores are kept unpadded, (row length, L), -inf where a span leaves
+    the body."""
 
     scores: dict[tuple[str, bytes], torch.Tensor] = field(default_factory=dict)
     read: int = 0    # rows a reader ran on
