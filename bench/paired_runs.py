@@ -1,6 +1,7 @@
 """Paired EM difference of the same systems between two `realm evaluate --json` runs (e.g. two
 reader starts): per system, run A minus run B on the same questions, with a 95% bootstrap
-interval and McNemar's exact p, from the two runs' `openqa_predictions` tables.
+interval and McNemar's exact p, from the two runs' `openqa_predictions` tables; each run's own
+figures are copied beside them.
 
     .venv/bin/python bench/paired_runs.py bench/results/openqa_bm25.json \\
         bench/results/openqa_bm25_warmup.json --name openqa_reader_start
@@ -38,7 +39,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="squad-open")
     ap.add_argument("--name", required=True, help="bench/results/<name>.json")
     args = ap.parse_args()
-    a, b = (correct(json.loads(p.read_text())["artifact"], args.dataset) for p in (args.a, args.b))
+    runs = {p: json.loads(p.read_text()) for p in (args.a, args.b)}
+    a, b = (correct(run["artifact"], args.dataset) for run in runs.values())
     rows = {}
     for system in sorted(set(a) & set(b)):
         qids = sorted(a[system])
@@ -48,7 +50,13 @@ def main() -> None:
         delta, lo, hi = paired_bootstrap(x, y)
         rows[system] = {"questions": len(qids), "delta": delta, "ci95": [lo, hi], "mcnemar_p": mcnemar_p(x, y)}
         print(f"{system}: {100 * delta:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] on {len(qids)} questions")
-    write_result(args.name, {"a": str(args.a), "b": str(args.b), "dataset": args.dataset, "paired": rows})
+    # each run's own figures beside the differences (EM, F1, R@k per system; the gold-paragraph
+    # phase's budget; the evaluation's stats), so what README quotes of either run is in the file
+    runs_out = {side: {"json": str(path), "systems": run["results"][args.dataset]["systems"],
+                       "gold_reader": run.get("gold_reader"), "evaluation": run.get("stats")}
+                for side, (path, run) in zip(("a", "b"), runs.items(), strict=True)}
+    write_result(args.name, {"a": str(args.a), "b": str(args.b), "dataset": args.dataset, "paired": rows,
+                             "runs": runs_out})
 
 
 if __name__ == "__main__":

@@ -71,15 +71,15 @@ def main() -> None:
     rate = args.tflops * 1e12 * args.utilization  # FLOP/s per GPU, assumed
     embed = REALM_BLOCKS * BERT_BASE.forward_flops(block)
     # forward + backward (3 forwards' worth), and in micro-batches a first forward without a graph
-    passes = 4.0 if 0 < cfg.ict.micro_batch < cfg.ict.batch_size else 3.0
-    ict = cfg.ict.steps * cfg.ict.batch_size * passes * (BERT_BASE.forward_flops(cfg.ict.query_length)
-                                                         + BERT_BASE.forward_flops(cfg.ict.block_length))
+    micro = 0 < cfg.ict.micro_batch < cfg.ict.batch_size
+    ict = cfg.ict.steps * cfg.ict.batch_size * (4.0 if micro else 3.0) * (
+        BERT_BASE.forward_flops(cfg.ict.query_length) + BERT_BASE.forward_flops(cfg.ict.block_length))
     step = realm_step_flops(BERT_BASE, p.batch_size, p.top_k, p.reader_length, p.doc_length, cfg.masking.query_length)
     refreshes = p.steps // p.refresh_every
     work = {
         "embed the corpus once (first index)": embed,
         f"ICT warm start ({cfg.ict.steps:,} steps x {cfg.ict.batch_size:,}"
-        f"{f' in micro-batches of {cfg.ict.micro_batch}' if passes == 4.0 else ''})": ict,
+        f"{f' in micro-batches of {cfg.ict.micro_batch}' if micro else ''})": ict,
         f"REALM pretraining ({p.steps:,} steps x {p.batch_size})": p.steps * step,
         f"index refreshes ({refreshes} x the corpus, every {p.refresh_every} steps)": refreshes * embed,
     }
