@@ -43,11 +43,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 SHAPES = {
-    # name: (BertConfig overrides, reader length, doc length, examples per step)
+    # name: (BertConfig overrides, reader length, doc length, examples per REALM step)
     "MiniLM-L6 (demo preset shape)": ({}, 288, 288, 32),
     "BERT-base (paper preset shape)": ({"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                                         "intermediate_size": 3072}, 384, 288, 16),
 }
+# ICT per shape: (batch, micro-batch (0: whole batch), query length, block length). MiniLM: the
+# demo's batch at whole blocks (README: ICT at 288); BERT-base: the paper preset's 4,096 x 288
+# held 256 at a time.
+ICT_SHAPES = {"MiniLM-L6 (demo preset shape)": (256, 0, 32, 288),
+              "BERT-base (paper preset shape)": (4096, 256, 64, 288)}
 
 
 def export(directory: Path) -> None:
@@ -70,6 +75,7 @@ def export(directory: Path) -> None:
     pq.write_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]), directory / "blocks.parquet")
     examples = list(iter_examples(art, store.open(spans.ref), cfg.masking, load_tokenizer(BUNDLED_ENCODER)))
     pq.write_table(pa.Table.from_pylist([vars(e) for e in examples]), directory / "examples.parquet")
+    pq.write_table(store.open(spans.ref).read_table("sentences"), directory / "sentences.parquet")  # ICT's queries
     (directory / "tokenizer").mkdir(exist_ok=True)
     for name in TOKENIZER_FILES:
         shutil.copy(resolve_encoder_dir(BUNDLED_ENCODER) / name, directory / "tokenizer" / name)
@@ -278,8 +284,195 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
             "peak_memory_gb": (torch.cuda.max_memory_allocated() / 2**30) if device.type == "cuda" else None}
 
 
+def tiled_cloze_corpus(blocks: Any, sentences: Any, batch: int) -> Any:
+    """The demo's cloze corpus, its blocks repeated (new ids) until a batch of distinct rows fits:
+    4,096 contexts a step need more than the demo's 4,160 blocks hold usable. Step time does not
+    depend on which text a row holds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from realm_core.retrieval.inverse_cloze import cloze_corpus
+
+    corpus = cloze_corpus(blocks, sentences, 20)
+    copies = -(-batch // len(corpus))
+    if copies <= 1:
+        return corpus
+    span = int(pc.max(blocks.column("block_id")).as_py()) + 1
+
+    def shifted(table: Any, k: int) -> Any:
+        i = table.schema.get_field_index("block_id")
+        return table.set_column(i, "block_id", pc.add(table.column("block_id"), pa.scalar(k * span, pa.int64())))
+
+    return cloze_corpus(pa.concat_tables([shifted(blocks, k) for k in range(copies)]),
+                        pa.concat_tables([shifted(sentences, k) for k in range(copies)]), 20)
+
+
+def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: tuple[int, int, int, int],
+              steps: int) -> dict[str, Any]:
+    """ICT steps through the warm-start stage's own loop (`train_inverse_cloze`: batch drawing,
+    tokenising, the GradCache step, clipping, AdamW) against the compute a step cannot avoid: the
+    same tokenised batches' query and block encoders forward + backward once, in the same
+    micro-batches, each micro-batch its own negatives (3 passes to GradCache's 4), no host work."""
+    import tempfile
+
+    import torch
+
+    from realm_core.bert import load_tokenizer
+    from realm_core.config import ICTConfig
+    from realm_core.distributed import Placement
+    from realm_core.retrieval.embed import tokenizer_parallelism
+    from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.inverse_cloze import (
+        in_batch_loss,
+        inverse_cloze_batch,
+        inverse_cloze_step,
+        train_inverse_cloze,
+    )
+    from realm_core.training import adamw, step_seed
+
+    batch, micro, query_length, block_length = shape
+    precision = "bf16" if device.type == "cuda" else "fp32"
+    corpus = tiled_cloze_corpus(blocks, sentences, batch)
+    batch = min(batch, len(corpus))  # --max-blocks checks
+    micro = micro if micro < batch else 0
+    config = ICTConfig(encoder=str(model_dir), batch_size=batch, micro_batch=micro, query_length=query_length,
+                       block_length=block_length, steps=steps + 2, checkpoint_every=10_000, precision=precision,
+                       device=str(device))
+    tok = load_tokenizer(str(model_dir))
+    encoders = [RetrieverEncoder.from_pretrained(str(model_dir), config.projection_dim, seed=0,
+                                                 dropout=config.dropout).to(device) for _ in range(2)]
+    place = Placement(device, precision)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory() as ckpt:
+        curve = train_inverse_cloze(corpus, *encoders, tok, config, Path(ckpt), placement=place)
+    step_peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    seconds = np.diff([0.0] + [p.seconds for p in curve])[2:]  # each step's wall, after two warm-ups
+
+    def tokenised(step: int, parallel: bool) -> tuple[Any, Any]:
+        rng = np.random.default_rng(step_seed(config.seed, step))
+        queries, titles, contexts = inverse_cloze_batch(corpus, batch, config.keep_sentence_prob, rng)
+        with tokenizer_parallelism(parallel):
+            q = tok(queries, truncation=True, max_length=query_length, padding=True, return_tensors="pt")
+            d = tok(titles, contexts, truncation="only_second", max_length=block_length, padding=True,
+                    return_tensors="pt")
+        return q, d
+
+    host = {"pool": [], "one_thread": []}
+    for parallel, key in ((True, "pool"), (False, "one_thread")):
+        for step in range(2, steps + 2):
+            t0 = time.perf_counter()
+            tokenised(step, parallel)
+            host[key].append(time.perf_counter() - t0)
+    with tokenizer_parallelism(True):  # the loop's own tokenising (PaddedBatches), the peer above
+        padded = tokenise_batch(tok, corpus, batch, query_length, block_length, steps)
+    optimizer = adamw(encoders, config.learning_rate, config.weight_decay)
+    parts = micro or batch
+    peer: list[float] = []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for step in range(steps + 2):
+        q, d = (x.to(device) for x in tokenised(step, True))
+
+        def accumulate(q: Any = q, d: Any = d) -> None:
+            optimizer.zero_grad(set_to_none=True)
+            for s in range(0, batch, parts):
+                with place.compute():
+                    loss, _ = in_batch_loss(encoders[0](q["input_ids"][s:s + parts], q["attention_mask"][s:s + parts]),
+                                             encoders[1](d["input_ids"][s:s + parts], d["attention_mask"][s:s + parts]))
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for e in encoders for p in e.parameters()], config.max_grad_norm)
+            optimizer.step()
+
+        t = timed(accumulate, device)
+        if step >= 2:
+            peer.append(t)
+    peer_peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    # the loop's step alone (GradCache, clip, AdamW) on the same batches, tokenised and on the
+    # device beforehand: what the loop costs beyond it is host work the GPU waited for
+    alone: list[float] = []
+    for step in range(steps + 2):
+        q, d = (x.to(device) for x in tokenised(step, True))
+
+        def step_alone(q: Any = q, d: Any = d, step: int = step) -> None:
+            torch.manual_seed(step_seed(config.seed, step, stream=1))
+            optimizer.zero_grad(set_to_none=True)
+            with place.compute():
+                loss, _ = inverse_cloze_step(*encoders, q, d, micro)
+            torch.nn.utils.clip_grad_norm_([p for e in encoders for p in e.parameters()], config.max_grad_norm)
+            optimizer.step()
+            loss.item()
+
+        t = timed(step_alone, device)
+        if step >= 2:
+            alone.append(t)
+    step_s, peer_s = float(np.median(seconds)), float(np.median(peer))
+    return {"batch": batch, "micro_batch": micro, "query_length": query_length, "block_length": block_length,
+            "precision": precision, "dropout": config.dropout, "steps_timed": steps, "step_s": step_s,
+            "examples_per_s": batch / step_s, "accumulation_step_s": peer_s, "step_vs_accumulation": step_s / peer_s,
+            "step_alone_s": float(np.median(alone)),
+            # tokenising a batch by the HF call (the loop's way before PaddedBatches), and by PaddedBatches
+            "tokenize_s": float(np.median(host["pool"])), "tokenize_one_thread_s": float(np.median(host["one_thread"])),
+            "tokenize_padded_s": padded["padded_batches_s"],
+            "first_loss": curve[0].loss, "last_loss": curve[-1].loss,
+            "peak_memory_gb": step_peak, "accumulation_peak_memory_gb": peer_peak}
+
+
+def tokenise_batch(tok: Any, corpus: Any, batch: int, query_length: int, block_length: int,
+                   repeats: int) -> dict[str, Any]:
+    """One ICT batch tokenised by the HF call (the peer) and by `PaddedBatches`, interleaved."""
+    import torch
+
+    from realm_core.retrieval.inverse_cloze import PaddedBatches, inverse_cloze_batch
+
+    queries, titles, contexts = inverse_cloze_batch(corpus, batch, 0.1, np.random.default_rng(0))
+    padded_q, padded_d = PaddedBatches(tok, query_length), PaddedBatches(tok, block_length, "only_second")
+    runs = {"hf": lambda: (tok(queries, truncation=True, max_length=query_length, padding=True, return_tensors="pt"),
+                           tok(titles, contexts, truncation="only_second", max_length=block_length, padding=True,
+                               return_tensors="pt")),
+            "padded": lambda: (padded_q(queries), padded_d(list(zip(titles, contexts, strict=True))))}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    outputs: dict[str, Any] = {}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            outputs[name] = fn()
+            seconds[name].append(time.perf_counter() - t0)
+    same = all(torch.equal(a[k], b[k]) for a, b in zip(outputs["hf"], outputs["padded"], strict=True)
+               for k in ("input_ids", "attention_mask"))
+    hf_s, padded_s = float(np.median(seconds["hf"])), float(np.median(seconds["padded"]))
+    return {"batch": batch, "query_length": query_length, "block_length": block_length, "hf_call_s (peer)": hf_s,
+            "padded_batches_s": padded_s, "speedup": hf_s / padded_s, "identical_ids_and_masks": same}
+
+
+def tokenise_bench(inputs: Path, repeats: int = 3) -> None:
+    """The ICT loop's host side alone, on this host: one batch of each ICT shape tokenised by the
+    HF tokeniser call (the peer) and by `PaddedBatches` (the loop's), the tokeniser's pool on as
+    the loop turns it on for an accelerator; ids and masks compared. Writes
+    bench/results/ict_tokenise.json."""
+    import os
+
+    import pyarrow.parquet as pq
+    from peers import write_result
+
+    from realm_core.bert import load_tokenizer
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    blocks, sentences = pq.read_table(inputs / "blocks.parquet"), pq.read_table(inputs / "sentences.parquet")
+    tok = load_tokenizer(str(inputs / "tokenizer"))
+    result: dict[str, Any] = {"host": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                              "repeats": repeats, "shapes": {}}
+    for shape, (batch, _, query_length, block_length) in ICT_SHAPES.items():
+        r = tokenise_batch(tok, tiled_cloze_corpus(blocks, sentences, batch), batch, query_length, block_length,
+                           repeats)
+        result["shapes"][shape] = r
+        print(f"{shape} | tokenising an ICT batch of {batch} x {block_length}: HF call {r['hf_call_s (peer)']:.3f} s "
+              f"(peer), PaddedBatches {r['padded_batches_s']:.3f} s: {r['speedup']:.2f}x; "
+              f"identical: {r['identical_ids_and_masks']}")
+    write_result("ict_tokenise", result)
+
 def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, batch: int | None,
-            with_profile: bool = False) -> None:
+            with_profile: bool = False, only_ict: bool = False) -> None:
     import pyarrow.parquet as pq
     import torch
 
@@ -293,32 +486,49 @@ def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, 
     if max_blocks is not None:  # a quick check of the script itself, not a measurement
         blocks = blocks.slice(0, max_blocks)
         examples = [e for e in examples if e.block_id < max_blocks]
+    sentences = pq.read_table(inputs / "sentences.parquet")
     titles, bodies = blocks.column("title").to_pylist(), blocks.column("text").to_pylist()
     result: dict[str, Any] = {"device": name, "torch": torch.__version__, "shapes": {}}
     for shape, (overrides, reader_length, doc_length, per_step) in SHAPES.items():
         model_dir = random_bert(inputs, shape, overrides)
-        emb = embedding_bench(model_dir, titles, bodies, device, 256)
         profile = out.parent / f"profile_{shape.split()[0]}.txt" if (out and with_profile) else None
-        step = step_bench(model_dir, blocks, examples, device, reader_length, doc_length, batch or per_step, steps,
-                          profile)
-        result["shapes"][shape] = {"embedding": emb, "pretrain_step": step}
-        for run, r in emb["runs"].items():
-            print(f"{shape} | {run}: {r['blocks_per_s']:,.0f} blocks/s, {r['ratio']:.2f}x, "
-                  f"min cosine {r['min_cosine_to_peer']:.4f}")
-        print(f"{shape} | the tokeniser alone: {emb['tokenize_blocks_per_s']:,.0f} blocks/s with its thread pool, "
-              f"{emb['tokenize_one_thread_blocks_per_s']:,.0f} on one thread")
-        print(f"{shape} | REALM step {step['realm_step_s']:.3f} s ({step['realm_examples_per_s']:.1f} examples/s) "
-              f"vs bare reader {step['bare_reader_step_s']:.3f} s: overhead {100 * step['overhead']:.0f}%; vs the "
-              f"compute it cannot avoid {step['unavoidable_step_s']:.3f} s (reader + document encoder + query "
-              f"encoder): {100 * step['overhead_vs_unavoidable']:+.0f}%; CPU side: search "
-              f"{step['host_search_s']:.3f} s, batching {step['host_batching_s']:.3f} s; the step with cuDNN "
-              f"attention {step['realm_step_with_cudnn_attention_s']:.3f} s")
-    text = json.dumps(result, indent=2) + "\n"
-    keep = [] if max_blocks is not None else [ROOT / "bench" / "results" / "gpu.json"]
-    for target in [*keep, *([out] if out else [])]:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        print(f"wrote {target}")
+        # a --max-blocks check runs ICT small: 16 x 64 in micro-batches of 8
+        ict_shape = ICT_SHAPES[shape] if max_blocks is None else (16, 8, 32, 64)
+        ict = ict_bench(model_dir, blocks, sentences, device, ict_shape, min(steps, 4))
+        print(f"{shape} | ICT step ({ict['batch']} x {ict['block_length']}, micro-batch {ict['micro_batch']}, "
+              f"{ict['precision']}) {ict['step_s']:.3f} s ({ict['examples_per_s']:,.0f} examples/s); the step alone on "
+              f"batches on the device {ict['step_alone_s']:.3f} s; gradient accumulation on the same batches "
+              f"{ict['accumulation_step_s']:.3f} s: {ict['step_vs_accumulation']:.2f}x; tokenising a batch "
+              f"{ict['tokenize_s']:.3f} s with the pool, {ict['tokenize_one_thread_s']:.3f} s on one thread; peak "
+              f"{ict['peak_memory_gb'] or 0:.1f} GB")
+        result["shapes"][shape] = {"ict_step": ict}
+        if not only_ict:
+            emb = embedding_bench(model_dir, titles, bodies, device, 256)
+            step = step_bench(model_dir, blocks, examples, device, reader_length, doc_length, batch or per_step,
+                              steps, profile)
+            result["shapes"][shape].update(embedding=emb, pretrain_step=step)
+            print_embedding_and_step(shape, emb, step)
+        # written after each shape, so a run cut short keeps what it measured
+        text = json.dumps(result, indent=2) + "\n"
+        keep = [] if (max_blocks is not None or only_ict) else [ROOT / "bench" / "results" / "gpu.json"]
+        for target in [*keep, *([out] if out else [])]:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            print(f"wrote {target}")
+
+
+def print_embedding_and_step(shape: str, emb: dict[str, Any], step: dict[str, Any]) -> None:
+    for run, r in emb["runs"].items():
+        print(f"{shape} | {run}: {r['blocks_per_s']:,.0f} blocks/s, {r['ratio']:.2f}x, "
+              f"min cosine {r['min_cosine_to_peer']:.4f}")
+    print(f"{shape} | the tokeniser alone: {emb['tokenize_blocks_per_s']:,.0f} blocks/s with its thread pool, "
+          f"{emb['tokenize_one_thread_blocks_per_s']:,.0f} on one thread")
+    print(f"{shape} | REALM step {step['realm_step_s']:.3f} s ({step['realm_examples_per_s']:.1f} examples/s) "
+          f"vs bare reader {step['bare_reader_step_s']:.3f} s: overhead {100 * step['overhead']:.0f}%; vs the "
+          f"compute it cannot avoid {step['unavoidable_step_s']:.3f} s (reader + document encoder + query "
+          f"encoder): {100 * step['overhead_vs_unavoidable']:+.0f}%; CPU side: search "
+          f"{step['host_search_s']:.3f} s, batching {step['host_batching_s']:.3f} s; the step with cuDNN "
+          f"attention {step['realm_step_with_cudnn_attention_s']:.3f} s")
 
 
 def main() -> None:
@@ -331,11 +541,17 @@ def main() -> None:
     ap.add_argument("--batch", type=int, help="examples per pretraining step (default: per shape)")
     ap.add_argument("--profile", action="store_true",
                     help="also write a torch.profiler table of three REALM steps per shape beside --out")
+    ap.add_argument("--tokenise", action="store_true",
+                    help="time the ICT loop's tokenising alone on this host (bench/results/ict_tokenise.json)")
+    ap.add_argument("--only-ict", action="store_true",
+                    help="the ICT steps alone (writes only --out, not bench/results/gpu.json)")
     args = ap.parse_args()
     if args.export:
         export(args.export)
+    elif args.tokenise:
+        tokenise_bench(args.inputs)
     else:
-        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch, args.profile)
+        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch, args.profile, args.only_ict)
 
 
 if __name__ == "__main__":

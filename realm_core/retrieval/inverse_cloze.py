@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,7 +95,7 @@ def inverse_cloze_batch(corpus: ClozeCorpus, batch_size: int, keep_sentence_prob
     return queries, titles, contexts
 
 
-def _in_batch_loss(q: Any, d: Any) -> tuple[Any, Any]:
+def in_batch_loss(q: Any, d: Any) -> tuple[Any, Any]:
     """In-batch softmax cross-entropy (ORQA eq. 3) of query (B, D) and context (B, D)
     embeddings; returns (loss, top-1 accuracy)."""
     import torch
@@ -137,7 +138,7 @@ def inverse_cloze_step(query_encoder: Any, doc_encoder: Any, queries: dict[str, 
     if micro_batch <= 0 or micro_batch >= n:
         q = query_encoder(queries["input_ids"], queries["attention_mask"])  # (B, D)
         d = doc_encoder(blocks["input_ids"], blocks["attention_mask"])       # (B, D)
-        loss, accuracy = _in_batch_loss(q, d)
+        loss, accuracy = in_batch_loss(q, d)
         loss.backward()
         return loss.detach(), accuracy
     parts = [slice(s, s + micro_batch) for s in range(0, n, micro_batch)]
@@ -149,7 +150,7 @@ def inverse_cloze_step(query_encoder: Any, doc_encoder: Any, queries: dict[str, 
             d_parts.append(doc_encoder(blocks["input_ids"][part], blocks["attention_mask"][part]))
     q = torch.cat(q_parts).requires_grad_()  # (B, D), leaves: the loss's gradient lands here
     d = torch.cat(d_parts).requires_grad_()
-    loss, accuracy = _in_batch_loss(q, d)
+    loss, accuracy = in_batch_loss(q, d)
     loss.backward()
     q_grad, d_grad = q.grad, d.grad
     assert q_grad is not None and d_grad is not None
@@ -159,6 +160,29 @@ def inverse_cloze_step(query_encoder: Any, doc_encoder: Any, queries: dict[str, 
         d_part = doc_encoder(blocks["input_ids"][part], blocks["attention_mask"][part])
         torch.autograd.backward([q_part, d_part], [q_grad[part], d_grad[part]])
     return loss.detach(), accuracy
+
+
+class PaddedBatches:
+    """Input ids and attention masks of a batch, as `tokenizer(..., truncation=truncation,
+    max_length=max_length, padding=True, return_tensors="pt")` gives them, through a private
+    copy of its Rust tokeniser set to truncate and pad. The HF call spends more of its time in
+    Python than in Rust: on a GPU the paper preset's 4,096 x 288 batch took 1.6-1.9 s to
+    tokenise, 27-37% of an ICT step (bench/results/gpu_ict_run.json); this is 2.2x faster on
+    2 CPU cores, and its Rust part runs without the GIL."""
+
+    def __init__(self, tokenizer: Any, max_length: int, truncation: str = "longest_first") -> None:
+        from tokenizers import Tokenizer
+
+        self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.backend.enable_truncation(max_length, strategy=truncation)
+        self.backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token)
+
+    def __call__(self, inputs: list[str] | list[tuple[str, str]]) -> dict[str, Any]:
+        import torch
+
+        encodings = self.backend.encode_batch(inputs)
+        return {"input_ids": torch.tensor(np.array([e.ids for e in encodings], dtype=np.int64)),
+                "attention_mask": torch.tensor(np.array([e.attention_mask for e in encodings], dtype=np.int64))}
 
 
 @dataclass
@@ -181,6 +205,7 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
     import torch
 
     from realm_core.distributed import Placement
+    from realm_core.retrieval.embed import tokenizer_parallel_for, tokenizer_parallelism
     from realm_core.training import (
         adamw,
         latest_checkpoint,
@@ -193,6 +218,8 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
 
     progress = progress or NoProgress()
     placement = placement or Placement.single()
+    # on an accelerator one tokeniser thread cannot keep up (bench/gpu.py): its own pool, as embed's
+    pool = tokenizer_parallel_for("auto", placement.device)
     modules = {"query_encoder": query_encoder, "doc_encoder": doc_encoder}
     optimizer = adamw([query_encoder, doc_encoder], config.learning_rate, config.weight_decay)
     curve: list[LossPoint] = []
@@ -205,37 +232,45 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
     progress.advance(start)
     query_encoder.train()
     doc_encoder.train()
-    began = time.perf_counter()
-    for step in range(start, config.steps):
-        # data: a batch that depends only on (seed, step)
+
+    encode_queries = PaddedBatches(tokenizer, config.query_length)
+    encode_blocks = PaddedBatches(tokenizer, config.block_length, "only_second")
+
+    def host_batch(step: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Step `step`'s tokenised queries and contexts on the host: a function of (seed, step)."""
         rng = np.random.default_rng(step_seed(config.seed, step))
         queries, titles, contexts = inverse_cloze_batch(corpus, config.batch_size,
                                                         config.keep_sentence_prob, rng)
-        q = tokenizer(queries, truncation=True, max_length=config.query_length,
-                      padding=True, return_tensors="pt").to(placement.device)
-        d = tokenizer(titles, contexts, truncation="only_second", max_length=config.block_length,
-                      padding=True, return_tensors="pt").to(placement.device)
-        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        set_learning_rate(optimizer, lr)
-        # forward, backward, clip, step
-        torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
-        optimizer.zero_grad(set_to_none=True)
-        with placement.compute():
-            loss, accuracy = inverse_cloze_step(query_encoder, doc_encoder, q, d, config.micro_batch)
-        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
-                                       config.max_grad_norm)
-        optimizer.step()
-        done = step + 1
-        # log
-        point = LossPoint(done, loss.item(), accuracy.item(), lr, time.perf_counter() - began)
-        curve.append(point)
-        progress.advance(1)
-        if on_log is not None and (done % config.log_every == 0 or done == config.steps):
-            on_log(point)
-        # checkpoint
-        if done % config.checkpoint_every == 0 or done == config.steps:
-            save_checkpoint(checkpoint_root, done, modules, optimizer,
-                            {"curve": [p.__dict__ for p in curve], "seed": config.seed})
+        return encode_queries(queries), encode_blocks(list(zip(titles, contexts, strict=True)))
+
+    began = time.perf_counter()
+    # the next batch is drawn and tokenised on a thread while this step runs
+    with ThreadPoolExecutor(1, thread_name_prefix="ict-batches") as ahead, tokenizer_parallelism(pool):
+        upcoming = ahead.submit(host_batch, start)  # an extra batch when resumed at the end
+        for step in range(start, config.steps):
+            q, d = ({k: v.to(placement.device) for k, v in x.items()} for x in upcoming.result())
+            upcoming = ahead.submit(host_batch, step + 1) if step + 1 < config.steps else upcoming
+            lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
+            set_learning_rate(optimizer, lr)
+            # forward, backward, clip, step
+            torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
+            optimizer.zero_grad(set_to_none=True)
+            with placement.compute():
+                loss, accuracy = inverse_cloze_step(query_encoder, doc_encoder, q, d, config.micro_batch)
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                           config.max_grad_norm)
+            optimizer.step()
+            done = step + 1
+            # log
+            point = LossPoint(done, loss.item(), accuracy.item(), lr, time.perf_counter() - began)
+            curve.append(point)
+            progress.advance(1)
+            if on_log is not None and (done % config.log_every == 0 or done == config.steps):
+                on_log(point)
+            # checkpoint
+            if done % config.checkpoint_every == 0 or done == config.steps:
+                save_checkpoint(checkpoint_root, done, modules, optimizer,
+                                {"curve": [p.__dict__ for p in curve], "seed": config.seed})
     progress.finish()
     query_encoder.step = doc_encoder.step = config.steps
     return curve

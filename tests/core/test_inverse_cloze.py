@@ -11,6 +11,7 @@ from realm_core.errors import InputError
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.inverse_cloze import (
     LossPoint,
+    PaddedBatches,
     cloze_corpus,
     inverse_cloze_batch,
     train_inverse_cloze,
@@ -52,6 +53,28 @@ def test_batch_removes_the_query_from_its_context_unless_kept() -> None:
         assert q not in c and len(c) > 0
     _, _, kept = inverse_cloze_batch(corpus, 2, 1.0, np.random.default_rng(0))
     assert sorted(kept) == sorted([TEXTS[0], TEXTS[2]])
+
+
+def test_padded_batches_give_the_hf_calls_ids_and_masks() -> None:
+    """The loop's tokenising equals `tokenizer(..., truncation, max_length, padding=True)`: pairs
+    cut in the second text only, single texts cut, short rows padded, on a private backend (the
+    shared tokenizer's settings are left as they were)."""
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    long_body = " ".join(TEXTS * 6)  # well past 24 wordpieces
+    # a title longer than the body's share: only the body is cut (longest-first would cut both)
+    title = "Ada Lovelace the first programmer of the analytical engine of Charles Babbage"
+    titles, bodies = [title, "T", "Paris"], [long_body, TEXTS[1], "Short."]
+    want = tok(titles, bodies, truncation="only_second", max_length=24, padding=True, return_tensors="pt")
+    got = PaddedBatches(tok, 24, "only_second")(list(zip(titles, bodies, strict=True)))
+    want_q = tok(bodies, truncation=True, max_length=12, padding=True, return_tensors="pt")
+    got_q = PaddedBatches(tok, 12)(bodies)
+    for w, g in ((want, got), (want_q, got_q)):
+        assert set(g) == {"input_ids", "attention_mask"}
+        for key in g:
+            assert g[key].dtype == torch.int64 and torch.equal(g[key], w[key]), key
+    assert got["input_ids"].shape == (3, 24) and got["attention_mask"][2].sum() < 24  # padded
+    title_ids = tok(title, add_special_tokens=False)["input_ids"]
+    assert got["input_ids"][0, 1:1 + len(title_ids)].tolist() == title_ids
 
 
 def test_no_usable_block_is_a_clear_error() -> None:
@@ -105,7 +128,7 @@ def test_micro_batches_give_the_whole_batch_gradients(dropout: float) -> None:
     """GradCache: the loss and every gradient of a step in micro-batches of 2 equal those of the
     same forward passes held in one graph. With dropout that needs each micro-batch's second
     forward to replay its first's masks; without dropout it is also the plain whole-batch step."""
-    from realm_core.retrieval.inverse_cloze import _in_batch_loss, inverse_cloze_step
+    from realm_core.retrieval.inverse_cloze import in_batch_loss, inverse_cloze_step
 
     tok = load_tokenizer(BUNDLED_ENCODER)
     queries = tok([f"who was born in city {i}?" for i in range(5)], padding=True, return_tensors="pt")
@@ -124,7 +147,7 @@ def test_micro_batches_give_the_whole_batch_gradients(dropout: float) -> None:
             for s in range(0, 5, 2):
                 q_parts.append(q_enc(queries["input_ids"][s:s + 2], queries["attention_mask"][s:s + 2]))
                 d_parts.append(d_enc(blocks["input_ids"][s:s + 2], blocks["attention_mask"][s:s + 2]))
-            loss, _ = _in_batch_loss(torch.cat(q_parts), torch.cat(d_parts))
+            loss, _ = in_batch_loss(torch.cat(q_parts), torch.cat(d_parts))
             loss.backward()
         else:
             loss, _ = inverse_cloze_step(q_enc, d_enc, queries, blocks, micro)
