@@ -106,6 +106,12 @@ def main() -> None:
             "gpu_hours": {"embed the corpus once": embed_h,
                           "REALM pretraining": p.steps * p.batch_size / examples_per_s / 3600,
                           "index refreshes": refreshes * embed_h}}
+        ict_step = bert.get("ict_step")  # runs of bench/gpu.py before the ICT section have none
+        if ict_step and (ict_step["batch"], ict_step["block_length"]) == (cfg.ict.batch_size, cfg.ict.block_length):
+            measured = result["measured_on_gpu"]
+            assert isinstance(measured, dict)
+            measured["ict_step_s"] = ict_step["step_s"]
+            measured["gpu_hours"]["ICT warm start"] = cfg.ict.steps * ict_step["step_s"] / 3600
     for name, s in stages.items():
         print(f"{name}: {s['pflop']:,.0f} PFLOP, {s['gpu_hours']:,.0f} GPU-hours")
     print(f"total: {total / 1e15:,.0f} PFLOP = {total / rate / 3600:,.0f} GPU-hours at an assumed "

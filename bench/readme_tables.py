@@ -367,6 +367,31 @@ def gpu_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def gpu_ict_table(result: dict) -> str:
+    lines = [f"| ICT step, {result['device']} (the warm-start loop, dropout 0.1) | batch x block | micro-batch | "
+             "the loop's step (s) | examples/s | its GPU step alone, batches on the device (s) | gradient "
+             "accumulation, 3 passes (s) | GPU step vs accumulation | tokenising a batch, HF call: pool / one thread (s) "
+             "| peak GPU memory (GB) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for shape, r in result["shapes"].items():
+        t = r["ict_step"]
+        lines.append(f"| {shape}, {t['precision']} | {t['batch']:,} x {t['block_length']} | "
+                     f"{t['micro_batch'] or 'whole batch'} | {t['step_s']:.3f} | {t['examples_per_s']:,.0f} | "
+                     f"{t['step_alone_s']:.3f} | {t['accumulation_step_s']:.3f} | "
+                     f"{t['step_alone_s'] / t['accumulation_step_s']:.2f}x | "
+                     f"{t['tokenize_s']:.3f} / {t['tokenize_one_thread_s']:.3f} | {t['peak_memory_gb']:.1f} |")
+    return "\n".join(lines)
+
+
+def ict_tokenise_table(result: dict) -> str:
+    lines = [f"| tokenising one ICT batch on {result['cpus']} CPU cores (pool on, median of {result['repeats']}) | "
+             "HF tokeniser call (peer, s) | `PaddedBatches` (s) | speed-up | identical ids and masks |",
+             "|---|---:|---:|---:|---|"]
+    for shape, r in result["shapes"].items():
+        lines.append(f"| {shape}: {r['batch']:,} x {r['block_length']} | {r['hf_call_s (peer)']:.3f} | "
+                     f"{r['padded_batches_s']:.3f} | {r['speedup']:.2f}x | {'yes' if r['identical_ids_and_masks'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def serve_table(result: dict) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
@@ -403,7 +428,8 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "openqa_bm25": openqa_table, "openqa_bm25_2ep": openqa_table,
                                             "warm_start": warm_start_table, "scaling": scaling_table,
                                             "projection": projection_table, "serve": serve_table,
-                                            "gpu": gpu_table}
+                                            "gpu": gpu_table, "gpu_ict_run": gpu_ict_table,
+                                            "ict_tokenise": ict_tokenise_table}
 
 
 def main() -> None:
