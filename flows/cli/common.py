@@ -126,6 +126,17 @@ def report(title: str, run: StageRun) -> None:
     out.print(table)
 
 
+def peak_rss_gb() -> dict[str, float]:
+    """Peak resident memory in GB of this process and of its largest finished child (a stage's
+    worker processes), as the kernel counts it (`getrusage`; Linux reports KiB)."""
+    import resource
+
+    def gb(who: int) -> float:
+        return round(resource.getrusage(who).ru_maxrss / 2**20, 2)
+
+    return {"process": gb(resource.RUSAGE_SELF), "largest_child": gb(resource.RUSAGE_CHILDREN)}
+
+
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

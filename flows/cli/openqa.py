@@ -19,6 +19,7 @@ from flows.cli.common import (
     close_process_group,
     errors,
     out,
+    peak_rss_gb,
     relaunch_under_torchrun,
     report,
     resolver,
@@ -99,5 +100,9 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         out.print(run.report)
         assert run.ref is not None
         m = stages.store.open(run.ref).manifest
+        # what README quotes of a run beside its results: each warm start's own stats (train
+        # seconds), and this process's peak memory
+        warm_starts = {name: r.stats for name, r in stages.runs.items() if name in ("ict", "retromae") and r.stats}
         write_json(json_out, {"preset": preset, "artifact": run.ref.path} | {
-            k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune", "stats")})
+            k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune", "stats")}
+            | {"warm_starts": warm_starts, "peak_rss_gb": peak_rss_gb()})

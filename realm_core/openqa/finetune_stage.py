@@ -200,7 +200,8 @@ def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
             "no_gold_span": int(sum(r.get("no_gold_span", 0) for r in curves.steps)),
             "epochs": round(seen / max(n_questions, 1), 3),
             "wall_seconds": round(curves.steps[-1]["wall_seconds"], 1) if curves.steps else 0.0,
-            "best_dev_em": curves.best_dev_em, "best_step": curves.best_step, "stopped_early": curves.stopped_early}
+            "best_dev_em": curves.best_dev_em, "best_step": curves.best_step, "stopped_early": curves.stopped_early,
+            "dev_curve": [[r["step"], r["dev_em"]] for r in curves.steps if r["dev_em"] is not None]}
 
 
 def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: FinetuneConfig,

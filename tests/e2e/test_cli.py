@@ -117,6 +117,11 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(shared_data: Path, 
     # the baselines' span readers start from the encoder itself (finetune.reader_start=encoder)
     assert {s["reader_start"] for s in result["systems"]} == {"bundled:all-MiniLM-L6-v2"}
     assert result["budget"]["BM25 + reader"]["gold_passage"]["examples_seen"] > 0
+    # the gold phase's dev EM at each evaluation, the best of which is the checkpoint kept
+    gold = result["gold_reader"]
+    assert gold["dev_curve"] and max(em for _, em in gold["dev_curve"]) == gold["best_dev_em"]
+    assert [gold["best_step"], gold["best_dev_em"]] in gold["dev_curve"]
+    assert result["warm_starts"] == {} and result["peak_rss_gb"]["process"] > 0.1  # no dense retriever here
     predictions = next((tmp_path / "art" / "openqa_eval").iterdir()) / "openqa_predictions"
     assert any(predictions.glob("*.parquet"))
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
