@@ -114,6 +114,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # time, the loss and gradients still the whole batch's (GradCache); 38 GB on an H200 in
         # bf16, 4.3 s a step on batches tokenised beforehand (bench/results/gpu_ict_run.json)
         "ict": {"encoder": "bert-base-uncased", "micro_batch": 256, "precision": "bf16"},
+        "retromae": {"encoder": "bert-base-uncased", "precision": "bf16"},
         "pretrain": {"reader_encoder": "bert-base-uncased", "precision": "bf16"},
     },
 }

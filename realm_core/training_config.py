@@ -50,7 +50,7 @@ class ICTConfig(StageConfig):
 class RetroMAEConfig(StageConfig):
     """RetroMAE warm start (Xiao et al. 2022): masked auto-encoding through a [CLS] bottleneck."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
 
     encoder: str = Field(BUNDLED_ENCODER, description="BERT the encoder starts from")
     projection_dim: int = Field(0, ge=0, description="0: the [CLS] state itself (RetroMAE's embedding)")
@@ -69,6 +69,8 @@ class RetroMAEConfig(StageConfig):
     checkpoint_every: int = Field(50, ge=1)
     log_every: int = Field(10, ge=1)
     seed: int = 0
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
 
 
 class ReaderMlmConfig(StageConfig):

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,18 +39,23 @@ from torch import nn
 from realm_core.config import RetroMAEConfig
 from realm_core.progress import NoProgress, Progress
 
+if TYPE_CHECKING:
+    from realm_core.distributed import Placement
+
 
 def encoder_mask(input_ids: torch.Tensor, special: torch.Tensor, rate: float, tokenizer: Any,
                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking at `rate` of the non-special tokens (80% [MASK], 10% random, 10% kept).
 
-    Returns the (B, T) masked ids and the (B, T) bool mask of positions to predict."""
-    chosen = (torch.rand(input_ids.shape, generator=generator) < rate) & ~special  # (B, T)
-    action = torch.rand(input_ids.shape, generator=generator)                    # (B, T)
+    Returns the (B, T) masked ids and the (B, T) bool mask of positions to predict. The draws come
+    from the CPU `generator` whatever the ids' device, so a step masks alike on every device."""
+    shape, device = input_ids.shape, input_ids.device
+    chosen = (torch.rand(shape, generator=generator) < rate).to(device) & ~special  # (B, T)
+    action = torch.rand(shape, generator=generator).to(device)                     # (B, T)
     masked = input_ids.clone()
     masked[chosen & (action < 0.8)] = tokenizer.mask_token_id
     randomise = chosen & (action >= 0.8) & (action < 0.9)
-    masked[randomise] = torch.randint(len(tokenizer), input_ids.shape, generator=generator)[randomise]
+    masked[randomise] = torch.randint(len(tokenizer), shape, generator=generator).to(device)[randomise]
     return masked, chosen
 
 
@@ -58,11 +63,12 @@ def enhanced_attention_mask(valid: torch.Tensor, rate: float, generator: torch.G
     """(B, T, T) bool, True where query row i may attend to content column j.
 
     Column 0 (the sentence embedding) is always visible; another valid column j != i is visible
-    with probability 1 - rate, sampled per (row, column); a row never sees itself."""
+    with probability 1 - rate, sampled per (row, column); a row never sees itself. Drawn from the
+    CPU `generator`, on `valid`'s device."""
     b, t = valid.shape
-    visible = torch.rand((b, t, t), generator=generator) >= rate  # (B, T, T)
+    visible = (torch.rand((b, t, t), generator=generator) >= rate).to(valid.device)  # (B, T, T)
     visible &= valid[:, None, :]
-    visible &= ~torch.eye(t, dtype=torch.bool)[None]
+    visible &= ~torch.eye(t, dtype=torch.bool, device=valid.device)[None]
     visible[:, :, 0] = True
     return visible
 
@@ -138,7 +144,8 @@ class RetroMAE(nn.Module):
         h = hidden[:, :1]  # (B, 1, H): the sentence embedding, final [CLS] state
         embeddings = self.masked_lm.bert.embeddings
         if config.enhanced_decoding:
-            positions = embeddings.position_embeddings(torch.arange(input_ids.size(1)))[None]  # (1, T, H)
+            positions = embeddings.position_embeddings(
+                torch.arange(input_ids.size(1), device=input_ids.device))[None]  # (1, T, H)
             query = h + positions                                                        # (B, T, H)
             content = torch.cat([h, embeddings(input_ids=input_ids)[:, 1:]], dim=1)       # (B, T, H)
             allowed = enhanced_attention_mask(valid, config.decoder_mask_rate, generator)  # (B, T, T)
@@ -173,9 +180,12 @@ class RetroMAEPoint:
 
 def train_retromae(model: RetroMAE, titles: list[str], texts: list[str], tokenizer: Any,
                    config: RetroMAEConfig, checkpoint_root: Path, progress: Progress | None = None,
-                   on_log: Callable[[RetroMAEPoint], None] | None = None) -> list[RetroMAEPoint]:
+                   on_log: Callable[[RetroMAEPoint], None] | None = None,
+                   placement: Placement | None = None) -> list[RetroMAEPoint]:
     """Train in place for `config.steps` steps over the blocks, resuming from the newest
-    checkpoint; batches, masks and attention samples are functions of (seed, step)."""
+    checkpoint; batches, masks and attention samples are functions of (seed, step). The model is
+    on `placement`'s device (default: the CPU, fp32); its precision is the forward's autocast."""
+    from realm_core.distributed import Placement
     from realm_core.training import (
         adamw,
         latest_checkpoint,
@@ -187,6 +197,7 @@ def train_retromae(model: RetroMAE, titles: list[str], texts: list[str], tokeniz
     )
 
     progress = progress or NoProgress()
+    placement = placement or Placement.single()
     modules = {"masked_lm": model.masked_lm, "decoder": model.decoder}
     optimizer = adamw([model.masked_lm, model.decoder], config.learning_rate, config.weight_decay)
     curve: list[RetroMAEPoint] = []
@@ -205,12 +216,15 @@ def train_retromae(model: RetroMAE, titles: list[str], texts: list[str], tokeniz
         picks = rng.choice(len(texts), size=min(config.batch_size, len(texts)), replace=False)
         batch = retromae_batch([texts[i] for i in picks], [titles[i] for i in picks], tokenizer,
                                config.block_length)
+        batch = {k: v.to(placement.device) for k, v in batch.items()}
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
         set_learning_rate(optimizer, lr)
         # forward (masks, encoder, decoder), backward, clip, step
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout masks
         generator = torch.Generator().manual_seed(step_seed(config.seed, step, stream=2))
-        losses = model(batch["input_ids"], batch["attention_mask"], batch["special"], tokenizer, config, generator)
+        with placement.compute():
+            losses = model(batch["input_ids"], batch["attention_mask"], batch["special"], tokenizer, config,
+                           generator)
         if not math.isfinite(losses["loss"].item()):
             raise FloatingPointError(f"step {step + 1}: RetroMAE loss is {losses['loss'].item()}; "
                                      "lower retromae.learning_rate")

@@ -106,6 +106,7 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
                             progress: Progress | None = None, force: bool = False) -> StageResult:
     """RetroMAE over the blocks; the trained encoder becomes both retriever encoders (RetroMAE
     trains one encoder; REALM then trains the two apart), pooled at [CLS]."""
+    from realm_core.distributed import Placement, resolve_device
     from realm_core.retrieval.retromae import RetroMAE, train_retromae
 
     inputs = {"blocks": blocks_ref.content_hash, "encoder": encoder_hash(config.encoder),
@@ -119,10 +120,13 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
         raise ConfigError(f"{blocks.path}: no blocks to train RetroMAE on")
     tokenizer = load_tokenizer(config.encoder)
     model = RetroMAE.from_pretrained(config.encoder, dropout=config.dropout)
+    placement = Placement(resolve_device(config.device), config.precision)
+    model.to(placement.device)
     ckpt_root = checkpoint_root(store, cache.key, "retromae")
     t0 = time.perf_counter()
     curve = train_retromae(model, table.column("title").to_pylist(), table.column("text").to_pylist(),
-                           tokenizer, config, ckpt_root, progress or NoProgress())
+                           tokenizer, config, ckpt_root, progress or NoProgress(), placement=placement)
+    model.to("cpu")
     rows = [p.__dict__ for p in curve]
     tail = rows[-min(10, len(rows)):]
     stats = {"steps": config.steps, "blocks": table.num_rows, "batch_size": config.batch_size,

@@ -95,6 +95,30 @@ def test_a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one(tmp_path
         torch.testing.assert_close(x, y, atol=1e-6, rtol=0, msg=name)
 
 
+def test_a_placement_sets_the_forwards_precision_and_the_weights_stay_fp32(tmp_path: Path, tiny_bert: str) -> None:
+    """`retromae.device` and `retromae.precision`: the masks come from the CPU generator on any
+    device, and the forward runs in the placement's autocast; on the CPU the bf16 path's first
+    loss is close to fp32's but not equal, and the weights stay fp32."""
+    import math
+
+    from realm_core.distributed import Placement
+
+    texts = [f"{a} was born in {b} and later moved to {c}." for a, b, c in
+             [("Ada", "London", "Paris"), ("Alan", "Maida Vale", "Manchester"), ("Grace", "New York", "Virginia")]]
+    cfg = RetroMAEConfig(encoder=tiny_bert, batch_size=3, block_length=32, steps=2, learning_rate=1e-3,
+                         dropout=0.0, checkpoint_every=5, log_every=1)
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        model = RetroMAE.from_pretrained(tiny_bert, dropout=0.0)
+        curve = train_retromae(model, ["T"] * 3, texts, load_tokenizer(tiny_bert), cfg, tmp_path / precision,
+                               placement=Placement(torch.device("cpu"), precision))  # type: ignore[arg-type]
+        losses[precision] = [p.loss for p in curve]
+        assert all(math.isfinite(x) for x in losses[precision])
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert losses["bf16"][0] == pytest.approx(losses["fp32"][0], rel=0.02) and losses["bf16"][0] != losses["fp32"][0]
+    assert RetroMAEConfig().device == "auto" and "device" in RetroMAEConfig.EXECUTION_FIELDS
+
+
 def test_loss_falls_on_real_blocks_and_the_retriever_loads(shared_data: Path, tmp_path: Path) -> None:
     from realm_core.blocks import run_chunk
     from realm_core.ingest.stage import run_ingest
