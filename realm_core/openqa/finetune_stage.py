@@ -95,7 +95,6 @@ class QASystem:
         return out
 
 
-SYSTEM_KEYS = QA_SYSTEM_KEYS
 SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM",
                 "ict_realm_reader": "ICT retriever + REALM's reader",
                 "realm_baseline_reader": "REALM's retriever + baseline reader",
@@ -103,9 +102,9 @@ SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (OR
 
 
 def check_system_keys(keys: list[str]) -> list[str]:
-    bad = [k for k in keys if k not in SYSTEM_KEYS]
+    bad = [k for k in keys if k not in QA_SYSTEM_KEYS]
     if bad:
-        raise ConfigError(f"system {bad[0]!r}: expected one of {', '.join(SYSTEM_KEYS)}")
+        raise ConfigError(f"system {bad[0]!r}: expected one of {', '.join(QA_SYSTEM_KEYS)}")
     return keys
 
 
