@@ -285,9 +285,9 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
 
 
 def tiled_cloze_corpus(blocks: Any, sentences: Any, batch: int) -> Any:
-    """The demo's cloze corpus, its blocks repeated (new ids) until a batch of distinct rows fits:
-    4,096 contexts a step need more than the demo's 4,160 blocks hold usable. Step time does not
-    depend on which text a row holds."""
+    """The exported blocks' cloze corpus, repeated (new ids) where a batch of distinct rows would
+    not fit in it (the demo's 4,140 usable blocks hold the paper's 4,096; a smaller export does
+    not). Step time does not depend on which text a row holds."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -310,9 +310,12 @@ def tiled_cloze_corpus(blocks: Any, sentences: Any, batch: int) -> Any:
 def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: tuple[int, int, int, int],
               steps: int) -> dict[str, Any]:
     """ICT steps through the warm-start stage's own loop (`train_inverse_cloze`: batch drawing,
-    tokenising, the GradCache step, clipping, AdamW) against the compute a step cannot avoid: the
-    same tokenised batches' query and block encoders forward + backward once, in the same
-    micro-batches, each micro-batch its own negatives (3 passes to GradCache's 4), no host work."""
+    tokenising, the GradCache step, clipping, AdamW) against two peers on the same batches,
+    tokenised and placed on the device beforehand: the loop's step alone (what the loop costs
+    beyond it is host work the GPU waited for), and gradient accumulation over the same
+    micro-batches, each its own negatives (one forward and one backward: 3 passes to
+    GradCache's 4). Also the host side: a batch tokenised by the HF call (pool on, one thread)
+    and by the loop's `PaddedBatches`."""
     import tempfile
 
     import torch
@@ -470,6 +473,7 @@ def tokenise_bench(inputs: Path, repeats: int = 3) -> None:
               f"(peer), PaddedBatches {r['padded_batches_s']:.3f} s: {r['speedup']:.2f}x; "
               f"identical: {r['identical_ids_and_masks']}")
     write_result("ict_tokenise", result)
+
 
 def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, batch: int | None,
             with_profile: bool = False, only_ict: bool = False) -> None:

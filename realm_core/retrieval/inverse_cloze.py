@@ -165,10 +165,10 @@ def inverse_cloze_step(query_encoder: Any, doc_encoder: Any, queries: dict[str, 
 class PaddedBatches:
     """Input ids and attention masks of a batch, as `tokenizer(..., truncation=truncation,
     max_length=max_length, padding=True, return_tensors="pt")` gives them, through a private
-    copy of its Rust tokeniser set to truncate and pad. The HF call spends more of its time in
-    Python than in Rust: on a GPU the paper preset's 4,096 x 288 batch took 1.6-1.9 s to
-    tokenise, 27-37% of an ICT step (bench/results/gpu_ict_run.json); this is 2.2x faster on
-    2 CPU cores, and its Rust part runs without the GIL."""
+    copy of its Rust tokeniser set to truncate and pad, without the HF call's Python work per
+    row: on a GPU the paper preset's 4,096 x 288 batch took 1.6-1.9 s to tokenise by the HF
+    call, 28-30% of an ICT step (bench/results/gpu.json, gpu_ict_run.json); this is 1.8-2.0x
+    faster on 2 CPU cores (bench/results/ict_tokenise.json)."""
 
     def __init__(self, tokenizer: Any, max_length: int, truncation: str = "longest_first") -> None:
         from tokenizers import Tokenizer
