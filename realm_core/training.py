@@ -1,5 +1,6 @@
-"""Training machinery shared by the ICT warm start and REALM pretraining: BERT's AdamW parameter
-groups, the warm-up + linear-decay schedule, per-step seeding, and atomic checkpoints.
+"""Training machinery shared by the warm starts and REALM pretraining: BERT's AdamW parameter
+groups, the warm-up + linear-decay schedule, per-step seeding, atomic checkpoints, and the warm
+starts' per-step bookkeeping.
 
 A checkpoint is a directory `step-NNNNNNNN/` holding one `<name>.safetensors` per module, the
 optimizer's tensors in `optimizer.safetensors` and everything else (step, data position, index
@@ -14,15 +15,19 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from realm_core.artifacts import sha256_file
 from realm_core.errors import ArtifactError
+
+if TYPE_CHECKING:
+    from realm_core.progress import Progress
 
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -113,6 +118,23 @@ def save_checkpoint(root: Path, step: int, modules: dict[str, nn.Module],
     for old in sorted(root.glob("step-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def record_step(point: Any, curve: list[Any], config: Any, progress: Progress,
+                on_log: Callable[[Any], None] | None, checkpoint_root: Path, modules: dict[str, nn.Module],
+                optimizer: torch.optim.Optimizer) -> None:
+    """A warm-start loop's bookkeeping after step `point.step` (a dataclass point): the point on
+    the curve, the progress bar, `on_log` every `config.log_every` steps and a resumable
+    checkpoint (the curve and the seed in its state) every `config.checkpoint_every`, both at the
+    last of `config.steps` too."""
+    done, last = point.step, point.step == config.steps
+    curve.append(point)
+    progress.advance(1)
+    if on_log is not None and (done % config.log_every == 0 or last):
+        on_log(point)
+    if done % config.checkpoint_every == 0 or last:
+        save_checkpoint(checkpoint_root, done, modules, optimizer,
+                        {"curve": [p.__dict__ for p in curve], "seed": config.seed})
 
 
 def latest_checkpoint(root: Path) -> Checkpoint | None:

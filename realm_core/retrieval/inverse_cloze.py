@@ -210,8 +210,8 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
         adamw,
         latest_checkpoint,
         learning_rate_at,
+        record_step,
         restore_checkpoint,
-        save_checkpoint,
         set_learning_rate,
         step_seed,
     )
@@ -260,17 +260,9 @@ def train_inverse_cloze(corpus: ClozeCorpus, query_encoder: Any, doc_encoder: An
             torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
                                            config.max_grad_norm)
             optimizer.step()
-            done = step + 1
-            # log
-            point = LossPoint(done, loss.item(), accuracy.item(), lr, time.perf_counter() - began)
-            curve.append(point)
-            progress.advance(1)
-            if on_log is not None and (done % config.log_every == 0 or done == config.steps):
-                on_log(point)
-            # checkpoint
-            if done % config.checkpoint_every == 0 or done == config.steps:
-                save_checkpoint(checkpoint_root, done, modules, optimizer,
-                                {"curve": [p.__dict__ for p in curve], "seed": config.seed})
+            # log, checkpoint
+            point = LossPoint(step + 1, loss.item(), accuracy.item(), lr, time.perf_counter() - began)
+            record_step(point, curve, config, progress, on_log, checkpoint_root, modules, optimizer)
     progress.finish()
     query_encoder.step = doc_encoder.step = config.steps
     return curve

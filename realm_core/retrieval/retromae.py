@@ -190,8 +190,8 @@ def train_retromae(model: RetroMAE, titles: list[str], texts: list[str], tokeniz
         adamw,
         latest_checkpoint,
         learning_rate_at,
+        record_step,
         restore_checkpoint,
-        save_checkpoint,
         set_learning_rate,
         step_seed,
     )
@@ -233,17 +233,9 @@ def train_retromae(model: RetroMAE, titles: list[str], texts: list[str], tokeniz
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
                                        config.max_grad_norm)
         optimizer.step()
-        done = step + 1
-        # log
-        point = RetroMAEPoint(done, losses["loss"].item(), losses["encoder_loss"].item(),
+        # log, checkpoint
+        point = RetroMAEPoint(step + 1, losses["loss"].item(), losses["encoder_loss"].item(),
                               losses["decoder_loss"].item(), lr, time.perf_counter() - began)
-        curve.append(point)
-        progress.advance(1)
-        if on_log is not None and (done % config.log_every == 0 or done == config.steps):
-            on_log(point)
-        # checkpoint
-        if done % config.checkpoint_every == 0 or done == config.steps:
-            save_checkpoint(checkpoint_root, done, modules, optimizer,
-                            {"curve": [p.__dict__ for p in curve], "seed": config.seed})
+        record_step(point, curve, config, progress, on_log, checkpoint_root, modules, optimizer)
     progress.finish()
     return curve

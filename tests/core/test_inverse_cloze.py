@@ -65,9 +65,11 @@ def test_padded_batches_give_the_hf_calls_ids_and_masks() -> None:
     title = "Ada Lovelace the first programmer of the analytical engine of Charles Babbage"
     titles, bodies = [title, "T", "Paris"], [long_body, TEXTS[1], "Short."]
     want = tok(titles, bodies, truncation="only_second", max_length=24, padding=True, return_tensors="pt")
-    got = PaddedBatches(tok, 24, "only_second")(list(zip(titles, bodies, strict=True)))
     want_q = tok(bodies, truncation=True, max_length=12, padding=True, return_tensors="pt")
+    shared = (tok.backend_tokenizer.truncation, tok.backend_tokenizer.padding)
     got_q = PaddedBatches(tok, 12)(bodies)
+    got = PaddedBatches(tok, 24, "only_second")(list(zip(titles, bodies, strict=True)))  # unlike the last call's
+    assert (tok.backend_tokenizer.truncation, tok.backend_tokenizer.padding) == shared
     for w, g in ((want, got), (want_q, got_q)):
         assert set(g) == {"input_ids", "attention_mask"}
         for key in g:
