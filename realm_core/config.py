@@ -132,7 +132,7 @@ class EmbedConfig(StageConfig):
     workers: int = Field(1, ge=1, description="processes embedding shards in parallel, each with "
                          "cores/workers threads (pays off with many shards and cores)")
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
     tokenizer_parallel: Literal["auto", "on", "off"] = Field(
         "auto", description="the fast tokeniser's own thread pool (TOKENIZERS_PARALLELISM) while it "
         "tokenises a shard: auto is on for a GPU, where one tokeniser thread starves the encoder "

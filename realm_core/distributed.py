@@ -1,7 +1,7 @@
 """Where a training or embedding run puts its tensors, and how ranks of a data-parallel run agree.
 
 A `Placement` is one process's share of a run: its device (CPU, or the GPU of its local rank),
-its precision (fp32, or bf16 autocast where the device supports it) and, under `torchrun`, its
+its precision (fp32, or bf16 autocast where the device computes bf16 natively) and, under `torchrun`, its
 rank in a `torch.distributed` process group (gloo on CPU, nccl on GPU). A single process is
 simply rank 0 of a world of one, so the training loops have one code path.
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -26,7 +27,36 @@ from realm_core.artifacts import StageResult
 from realm_core.cache import CachedStage
 from realm_core.errors import ArtifactError, ConfigError, RealmError
 
-Precision = Literal["fp32", "bf16"]
+Precision = Literal["fp32", "bf16", "auto"]
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 matrices in hardware: a CUDA device that supports bf16, or a
+    CPU with AVX512-BF16 or AMX (x86) or oneDNN's bf16 path (other architectures). Elsewhere bf16
+    autocast is emulated and slower than fp32."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return False
+    if hasattr(torch.cpu, "_is_avx512_bf16_supported"):  # x86 builds
+        if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+            return True
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        return False  # AVX512 without BF16 would be emulated
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_precision(device: torch.device, spec: str) -> Literal["fp32", "bf16"]:
+    """`auto`: bf16 autocast where `device` computes bf16 natively (`native_bf16`), else fp32.
+    `fp32` and `bf16` are taken as asked."""
+    if spec == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    if spec not in ("fp32", "bf16"):
+        raise ConfigError(f"precision {spec!r}: expected fp32, bf16 or auto")
+    return cast(Literal["fp32", "bf16"], spec)
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -61,6 +91,10 @@ class Placement:
     rank: int = 0
     world_size: int = 1
     cudnn_attention: bool = False  # see attention_kernels; True only to measure against it
+
+    def __post_init__(self) -> None:
+        # `auto` is resolved once, here, so `precision` always says what the forwards run in
+        object.__setattr__(self, "precision", resolve_precision(self.device, self.precision))
 
     @classmethod
     def single(cls) -> Placement:

@@ -17,7 +17,8 @@ BUNDLED_ENCODER = "bundled:all-MiniLM-L6-v2"
 DEVICE_DEFAULT = "auto"
 DEVICE_HELP = ("auto: this process's GPU (its torchrun local rank) where CUDA is available, else "
                "the CPU; or cpu, cuda, cuda:N")
-PRECISION_HELP = "bf16: autocast matrix products to bfloat16 (GPUs; weights stay fp32)"
+PRECISION_HELP = ("bf16: autocast matrix products to bfloat16 (weights and optimizer stay fp32); auto: bf16 where "
+                  "the device computes it natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX), else fp32")
 
 
 class StageConfig(BaseModel):

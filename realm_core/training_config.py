@@ -44,7 +44,7 @@ class ICTConfig(StageConfig):
     log_every: int = Field(10, ge=1)
     seed: int = 0
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
 
 class RetroMAEConfig(StageConfig):
@@ -70,7 +70,7 @@ class RetroMAEConfig(StageConfig):
     log_every: int = Field(10, ge=1)
     seed: int = 0
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
 
 class ReaderMlmConfig(StageConfig):
@@ -137,7 +137,7 @@ class PretrainConfig(StageConfig):
     log_every: int = Field(10, ge=1)
     seed: int = 0
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
 
 class ReaderBudget(StageConfig):
@@ -229,7 +229,7 @@ class FinetuneConfig(StageConfig):
     log_every: int = Field(10, ge=1)
     seed: int = 0
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16"] = Field("fp32", description=PRECISION_HELP)
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
     @property
     def min_reader_length(self) -> int:

@@ -76,14 +76,15 @@ class ReadOnce(torch.nn.Module):
                 token_type_ids: torch.Tensor) -> torch.Tensor:
         """(B, K, T) rows -> span scores (B, K, T, L), as the reader's own."""
         b, k, t = input_ids.shape
-        flat = [x.reshape(b * k, t) for x in (input_ids, attention_mask, block_token_mask, token_type_ids)]
+        flat = [x.reshape(b * k, t).cpu() for x in (input_ids, attention_mask, block_token_mask, token_type_ids)]
         lengths = flat[1].sum(-1).tolist()
         keys = [(self.key, hashlib.sha1(b"".join(x[i, :n].numpy().tobytes() for x in (flat[0], flat[2], flat[3])),
                                         usedforsecurity=False).digest())
                 for i, n in enumerate(lengths)]
         todo = [i for i, key in enumerate(keys) if key not in self.memo.scores]
         if todo:  # the new rows, read as one question's K
-            new = self.reader(*(x[todo][None] for x in (flat[0], flat[1], flat[2], flat[3]))).float()[0]  # (M, T, L)
+            device = next(self.reader.parameters()).device
+            new = self.reader(*(x[todo][None].to(device) for x in flat)).float()[0].cpu()  # (M, T, L)
             for m, i in enumerate(todo):
                 self.memo.scores[keys[i]] = new[m, :lengths[i]].clone()
         self.memo.read += len(todo)
@@ -148,6 +149,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     gold-paragraph reader (the baseline reader after its gold-passage phase) reads each SQuAD
     question's own paragraph: the reader's ceiling apart from retrieval."""
     from realm_core.bert import load_tokenizer
+    from realm_core.distributed import Placement
     from realm_core.openqa.retrievers import GoldPassage
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.stage import encoder_hash
@@ -181,12 +183,13 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     k = finetune_config.top_k
     runs: list[tuple[str, Retriever, QAModels, bool]] = []  # name, retriever, models, fit τ
     memo = ReadMemo()  # each distinct (reader, row) read once across systems and settings
+    place = Placement.from_env(finetune_config.device, finetune_config.precision)  # the readers' device and precision
 
     def read_once(reader_dir: str) -> SpanReader:
         # one seed for every reader: a directory without a span head gets the same fresh one, so
         # equal directory hashes mean equal weights
         reader = SpanReader.from_pretrained(reader_dir, finetune_config.max_span_length, seed=finetune_config.seed)
-        return cast(SpanReader, ReadOnce(reader, memo, encoder_hash(reader_dir)))
+        return cast(SpanReader, ReadOnce(reader.to(place.device), memo, encoder_hash(reader_dir)))
 
     if gold is not None:
         runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(read_once(f"{gold.ref.path}/reader"), None), False))
@@ -207,7 +210,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         form = finetune_config.form
         if fit:  # form and retrieval temperature, fit on dev questions (uniform p(z|x) is a candidate)
             tried = predict(models, retriever, calibration, blocks, tokenizer, finetune_config, config.answer_candidates,
-                            config.batch_size, progress, (None, *config.temperatures), config.forms)
+                            config.batch_size, progress, (None, *config.temperatures), config.forms, place)
             (form, temperature), dev_em = fit_temperature(tried, calibration)
             temperatures[name] = {"form": form, "temperature": temperature, "dev_em": dev_em}
         run_config = finetune_config.model_copy(update={"form": form})
@@ -216,7 +219,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
             if not all(mask):
                 continue  # the gold-paragraph reader needs every question's own passage (SQuAD)
             preds = predict(models, retriever, qs, blocks, tokenizer, run_config, config.answer_candidates,
-                            config.batch_size, progress, (temperature,))[temperature]
+                            config.batch_size, progress, (temperature,), placement=place)[temperature]
             sc = _scored(preds, qs, blocks)
             subset = [i for i, a in enumerate(in_corpus[d]) if a]
             results[d]["systems"][name] = {

@@ -237,7 +237,7 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
         done = step + 1
         # eval: dev exact match, the best weights kept
         if dev and budget.eval_every and (done % budget.eval_every == 0 or done == budget.steps):
-            em = dev_exact_match(models, retriever, dev, blocks, tokenizer, config)
+            em = dev_exact_match(models, retriever, dev, blocks, tokenizer, config, place)
             row["dev_em"] = em
             for m in models.modules().values():
                 m.train()
@@ -264,10 +264,10 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
 
 
 def dev_exact_match(models: QAModels, retriever: Retriever, dev: list[QAQuestion], blocks: BlockStore,
-                    tokenizer: Any, config: FinetuneConfig) -> float:
+                    tokenizer: Any, config: FinetuneConfig, placement: Placement | None = None) -> float:
     temperature = config.train_temperature(retriever.name)
     preds = predict(models, retriever, dev, blocks, tokenizer, config, batch_size=16,
-                    temperatures=(temperature,))[temperature]
+                    temperatures=(temperature,), placement=placement)[temperature]
     return float(np.mean([answer_correct(p.answer, q) for p, q in zip(preds, dev, strict=True)]))
 
 
@@ -286,12 +286,14 @@ class Prediction:
 def predict(models: QAModels, retriever: Retriever, questions: list[QAQuestion], blocks: BlockStore,
             tokenizer: Any, config: FinetuneConfig, answer_candidates: int = 20, batch_size: int = 16,
             progress: Progress | None = None, temperatures: tuple[float | None, ...] = (None,),
-            forms: tuple[str, ...] | None = None) -> dict[Any, list[Prediction]]:
+            forms: tuple[str, ...] | None = None, placement: Placement | None = None) -> dict[Any, list[Prediction]]:
     """The most probable answer string per question, for each retrieval temperature (the reader
     runs once): p(y|x) summed over the `answer_candidates` best (block, span) pairs that
     normalise to the same string. In `config.form`, keyed by temperature; with `forms`, every
-    (form, temperature) pair, keyed so."""
+    (form, temperature) pair, keyed so. The reader runs on `placement`'s device and precision
+    (default: the CPU, fp32)."""
     progress = progress or NoProgress()
+    place = placement or Placement.single()
     grid = [(f, t) for f in (forms or (config.form,)) for t in temperatures]
     out: dict[Any, list[Prediction]] = {(g if forms else g[1]): [] for g in grid}
     for m in models.modules().values():
@@ -310,8 +312,10 @@ def predict(models: QAModels, retriever: Retriever, questions: list[QAQuestion],
                      for q in batch]
             rows = reader_rows(q_ids, proposal.ids, blocks, config.reader_length, tokenizer.sep_token_id,
                                tokenizer.pad_token_id)
-            span_scores = models.reader(rows.input_ids, rows.attention_mask, rows.body_mask,
-                                        rows.token_type_ids).float()  # (B, K, T, L)
+            with place.compute():
+                span_scores = models.reader(rows.input_ids.to(place.device), rows.attention_mask.to(place.device),
+                                            rows.body_mask.to(place.device),
+                                            rows.token_type_ids.to(place.device)).float().cpu()  # (B, K, T, L)
             b, k, t, length = span_scores.shape
             for form, temperature in grid:
                 log_p_z = retrieval_log_p(retriever, batch, proposal, temperature)  # (B, K)

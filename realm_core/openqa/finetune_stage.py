@@ -252,7 +252,7 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
     retriever = GoldWithNegatives(blocks, 1 + budget.negatives) if budget.negatives else GoldPassage(blocks, 1)
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, budget,
-                          checkpoints, dev, progress, Placement.single())
+                          checkpoints, dev, progress, Placement.from_env(config.device, config.precision))
     stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
              "negatives": budget.negatives, "positive": budget.positive,
              "paragraph_kept": kept, **_budget_stats(curves, len(questions))}
@@ -374,7 +374,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
              "gold_passage": gold.stats if gold is not None else None,
              "query_phase": tuned.stats if tuned is not None else None,
              "open": _budget_stats(curves, len(questions)),
-             "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision}
+             "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision}
     report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n"
     if gold is not None:
         report += gold.report + "\n\n"

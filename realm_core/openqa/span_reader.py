@@ -176,5 +176,8 @@ class SpanReader(nn.Module):
         types = token_type_ids.reshape(b * k, t) if token_type_ids is not None else None
         hidden = self.bert(input_ids=input_ids.view(b * k, t), attention_mask=attention_mask.view(b * k, t),
                            token_type_ids=types).last_hidden_state  # (BK, T, H)
-        scores: torch.Tensor = self.scorer(hidden.view(b, k, t, -1), block_token_mask)
+        # the span scorer in fp32 under bf16 autocast: its (T x L) scores are compared and
+        # normalised across every span of K blocks, finer than bf16's 8-bit mantissa resolves
+        with torch.autocast(hidden.device.type, enabled=False):
+            scores: torch.Tensor = self.scorer(hidden.view(b, k, t, -1).float(), block_token_mask)
         return scores

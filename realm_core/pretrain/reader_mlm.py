@@ -160,7 +160,8 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
 
     place = placement or Placement.single()
     inputs = {"blocks": blocks_ref.content_hash, "reader": encoder_hash(reader_encoder),
-              "heldout": heldout_rule, "code": code_version((__name__,), ("torch", "transformers"))}
+              "heldout": heldout_rule, "precision": place.precision,
+              "code": code_version((__name__,), ("torch", "transformers"))}
     cache = CachedStage(store, KIND, config, inputs, force)
     if cache.hit:
         return cache.hit
@@ -183,7 +184,7 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
     stats = {"steps": config.steps, "blocks": len(kept), "heldout_blocks": len(texts) - len(kept),
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_wordpiece_accuracy": round(sum(r["wordpiece_accuracy"] for r in tail) / len(tail), 4),
-             "wall_seconds": round(time.perf_counter() - t0, 1)}
+             "precision": place.precision, "wall_seconds": round(time.perf_counter() - t0, 1)}
     report = "### Reader masked-LM warm-up\n\n" + curve_markdown(curve, ("step", "loss", "wordpiece_accuracy"))
     with cache.write() as out:
         reader.cpu().save_pretrained(out.tmp / "reader")

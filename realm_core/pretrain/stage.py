@@ -217,7 +217,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "wall_seconds": round(wall, 1),
         "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
         "refreshes_skipped": refresher.skipped if refresher else 0,
-        "world_size": placement.world_size, "device": str(placement.device), "precision": config.precision,
+        "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision,
         "reader_mlm": warmup_stats,
     }
     report = (warmup_report + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -53,13 +53,14 @@ def pad_sequences(seqs: list[list[int]], pad_id: int) -> tuple[Any, Any]:
 def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size: int,
                     progress: Progress | None = None, precision: str = "fp32") -> np.ndarray:
     """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order, on
-    the encoder's device (bf16 autocast with `precision="bf16"`)."""
+    the encoder's device (bf16 autocast with `precision="bf16"`, or `"auto"` where the device
+    computes bf16 natively)."""
     import torch
 
-    from realm_core.distributed import Placement
+    from realm_core.distributed import Placement, Precision
 
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
-    place = Placement(next(encoder.parameters()).device, "bf16" if precision == "bf16" else "fp32")
+    place = Placement(next(encoder.parameters()).device, cast(Precision, precision))
     device = place.device
     encoder.eval()
     with torch.inference_mode(), place.compute():

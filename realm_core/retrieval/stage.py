@@ -13,7 +13,7 @@ from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, sha256
 from realm_core.bert import load_tokenizer, resolve_encoder_dir
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig
-from realm_core.distributed import resolve_device
+from realm_core.distributed import resolve_device, resolve_precision
 from realm_core.errors import ConfigError, RealmError
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import EncoderRecipe, ShardMap, embed_blocks, load_embeddings
@@ -71,7 +71,7 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                                precision=config.precision, map_shards=map_shards, store_url=store.url,
                                tokenizer_parallel=config.tokenizer_parallel)
         stats = {"blocks": summary["rows"], "dim": summary["dim"], "dtype": summary["dtype"],
-                 "device": str(device), "precision": config.precision,
+                 "device": str(device), "precision": resolve_precision(device, config.precision),
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}
         out.extra_manifest.update({"embeddings": summary, "stats": stats,
                                    "encoder": {"spec": config.doc_encoder, "hash": inputs["encoder"]}})

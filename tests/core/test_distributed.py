@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from realm_core.distributed import Placement, gradient_sync, rank_zero_first, resolve_device, unwrap
+from realm_core import distributed
+from realm_core.distributed import (
+    Placement,
+    gradient_sync,
+    rank_zero_first,
+    resolve_device,
+    resolve_precision,
+    unwrap,
+)
 from realm_core.errors import ConfigError
 
 
@@ -52,3 +60,27 @@ def test_compute_autocasts_matrix_products_to_bf16_only_when_asked() -> None:
         assert (a @ a).dtype == torch.bfloat16
     with Placement.single().compute():
         assert (a @ a).dtype == torch.float32
+
+
+def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    for native, want in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(distributed, "native_bf16", lambda device, native=native: native)
+        assert resolve_precision(cpu, "auto") == want
+        assert Placement(cpu, "auto").precision == want  # resolved once, at construction
+        assert Placement.from_env("cpu", "auto").precision == want
+        for asked in ("fp32", "bf16"):  # an explicit precision is taken as asked
+            assert resolve_precision(cpu, asked) == Placement(cpu, asked).precision == asked
+    with pytest.raises(ConfigError, match="fp16"):
+        resolve_precision(cpu, "fp16")
+
+
+def test_native_bf16_follows_the_cpus_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(torch.cpu, "_is_avx512_bf16_supported"):
+        pytest.skip("this torch build has no x86 CPU capability queries")
+    monkeypatch.setattr(distributed.platform, "machine", lambda: "x86_64")
+    for bf16, amx, want in ((True, False, True), (False, True, True), (False, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda bf16=bf16: bf16)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        assert distributed.native_bf16(torch.device("cpu")) is want
+    assert distributed.native_bf16(torch.device("meta")) is False

@@ -3,7 +3,13 @@ import math
 import pytest
 import torch
 
-from realm_core.openqa.span_reader import SpanScorer, gold_spans, span_marginal_likelihood
+from realm_core.distributed import Placement
+from realm_core.openqa.span_reader import (
+    SpanReader,
+    SpanScorer,
+    gold_spans,
+    span_marginal_likelihood,
+)
 
 
 def test_gold_spans_match_every_occurrence_inside_the_block_only() -> None:
@@ -77,3 +83,22 @@ def test_no_nan_gradient_from_questions_or_blocks_without_a_gold_span() -> None:
     (-got[torch.isfinite(got)].sum()).backward()
     assert scores.grad is not None and torch.isfinite(scores.grad).all()
     assert scores.grad[1].abs().sum() == 0  # the question without gold teaches nothing
+
+
+
+def test_span_scores_stay_fp32_under_bf16_autocast(tiny_bert: str) -> None:
+    """The encoder's products run in bf16 under `precision: bf16`; the span scores, compared and
+    normalised across every span of K blocks, come from an fp32 scorer."""
+    reader = SpanReader.from_pretrained(tiny_bert, 3, seed=0).eval()
+    torch.manual_seed(0)
+    ids = torch.randint(1000, 2000, (2, 2, 12))
+    mask, body = torch.ones_like(ids), torch.zeros(2, 2, 12, dtype=torch.bool)
+    body[..., 4:11] = True
+    with torch.inference_mode():
+        fp32 = reader(ids, mask, body)
+        with Placement(torch.device("cpu"), "bf16").compute():
+            bf16 = reader(ids, mask, body)
+    assert fp32.dtype == bf16.dtype == torch.float32
+    finite = torch.isfinite(fp32)
+    assert torch.equal(finite, torch.isfinite(bf16))
+    assert torch.allclose(bf16[finite], fp32[finite], atol=0.1) and not torch.equal(bf16, fp32)
