@@ -13,6 +13,11 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PORT ?= 4200
+# The demo preset's encoders run in bf16 where the CPU computes it natively (`precision: auto`);
+# `make openqa-table PRECISION=fp32` (or realm-table, pretrain-table) runs a table in fp32, as
+# every table measured before 2026-11-26's session 22 was.
+PRECISION ?=
+PRECISION_SET := $(if $(PRECISION),--set precision=$(PRECISION))
 QA_PORT ?= 8000
 # torch's CPU wheel: pip's find-links folder where there is one (uv does not read pip's
 # config), else PyTorch's CPU index. Never the CUDA build.
@@ -76,7 +81,7 @@ scaling-table: $(STAMP)
 # README's pretraining table and plot: REALM vs the null-only baseline, same budget (demo preset;
 # about 36 minutes on 2 cores after `make demo`: reader warm-up 14, REALM 21, null-only 1.5).
 pretrain-table: $(STAMP)
-	$(BIN)/python bench/pretrain.py
+	$(BIN)/python bench/pretrain.py $(PRECISION_SET)
 	$(BIN)/python bench/readme_tables.py
 
 # REALM Table 2 on the demo corpus: every ablation row at the pretraining budget of the demo,
@@ -85,7 +90,7 @@ pretrain-table: $(STAMP)
 # 10,343 s (2 h 52 min) on 2 cores with other jobs beside it at times, the ICT warm start, index
 # and reader warm-up included; a row run alone took 10-13 minutes.
 realm-table: $(STAMP)
-	$(BIN)/python bench/pretrain.py --table --config bench/configs/realm_table.yaml
+	$(BIN)/python bench/pretrain.py --table --config bench/configs/realm_table.yaml $(PRECISION_SET)
 	$(BIN)/python bench/readme_tables.py
 
 # README's open-QA table (REALM Table 1 layout): every system trained with the same budgets, then
@@ -95,7 +100,7 @@ realm-table: $(STAMP)
 # after make realm-table (three gold phases 84 min, evaluation of eight rows 36 min); after make
 # demo alone about 52 min more (the reader warm-up and the two pretraining runs it reads).
 openqa-table: $(STAMP)
-	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml --json bench/results/openqa.json
+	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml $(PRECISION_SET) --json bench/results/openqa.json
 	$(BIN)/python bench/readme_tables.py
 
 # README's warm-start comparison: ICT vs RetroMAE (enhanced and plain decoder), one budget, one

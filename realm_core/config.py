@@ -38,7 +38,7 @@ from realm_core.training_config import (
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 # The stage configs that live in stage_config and training_config are imported from here too.
-__all__ = ["BLOCK_VIEWS", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
+__all__ = ["BLOCK_VIEWS", "PRECISION_STAGES", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
            "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
            "QA_SYSTEM_KEYS", "QASystemKey", "QueryBudget", "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
@@ -247,6 +247,8 @@ class QueryConfig(StageConfig):
 # reads: `block_length` fills each one a preset, YAML file or override leaves unset.
 BLOCK_VIEWS: dict[str, str] = {"chunk": "max_wordpieces", "embed": "max_length", "ict": "block_length",
                                "retromae": "block_length", "pretrain": "doc_length"}
+# the stages whose encoders run in a `precision`; the pipeline's `precision` fills the ones left unset
+PRECISION_STAGES: tuple[str, ...] = ("embed", "ict", "retromae", "pretrain", "finetune")
 
 
 class PipelineConfig(StageConfig):
@@ -257,6 +259,9 @@ class PipelineConfig(StageConfig):
         "wordpieces of a block ([CLS] title [SEP] body [SEP]; REALM §3.4: 288), the one view every "
         "stage that reads blocks takes unless its own field is set: " + ", ".join(
             f"{s}.{f}" for s, f in BLOCK_VIEWS.items())))
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=(
+        PRECISION_HELP + "; the precision of every stage whose own field is not set: "
+        + ", ".join(f"{s}.precision" for s in PRECISION_STAGES)))
     ingest: IngestConfig
     chunk: ChunkConfig = ChunkConfig()
     spans: SpanConfig = SpanConfig()
@@ -275,20 +280,24 @@ class PipelineConfig(StageConfig):
     @model_validator(mode="before")
     @classmethod
     def _one_view_of_a_block(cls, data: Any) -> Any:
-        """Fill each stage's block view the input leaves unset with `block_length`; a value a
-        stage section sets itself stays (and is recorded in that stage's config and manifest)."""
+        """Fill each stage's block view the input leaves unset with `block_length`, and each
+        stage's precision with `precision`; a value a stage section sets itself stays (and is
+        recorded in that stage's config and manifest)."""
         if not isinstance(data, dict):
             return data
         length = data.get("block_length", cls.model_fields["block_length"].default)
+        precision = data.get("precision", cls.model_fields["precision"].default)
         out = dict(data)
-        for section, name in BLOCK_VIEWS.items():
+        fills = [(section, name, length) for section, name in BLOCK_VIEWS.items()]
+        fills += [(section, "precision", precision) for section in PRECISION_STAGES]
+        for section, name, default in fills:
             value = out.get(section)
             if value is None:
-                out[section] = {name: length}
+                out[section] = {name: default}
             elif isinstance(value, dict):
-                out[section] = value if name in value else {**value, name: length}
+                out[section] = value if name in value else {**value, name: default}
             elif isinstance(value, StageConfig) and name not in value.model_fields_set:
-                out[section] = value.model_copy(update={name: length})
+                out[section] = value.model_copy(update={name: default})
         return out
 
     @model_validator(mode="after")

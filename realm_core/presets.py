@@ -75,25 +75,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         "block_length": 288,
         "masking": {"query_length": 64},
         # Every encoder's matrix products in bf16 where the CPU (or GPU) computes bf16 natively
-        # (AVX512-BF16, AMX), fp32 elsewhere: 1.7-1.9x the forwards, 1.4-1.8x the training steps
-        # on a 2-core AVX512-BF16 machine (README, "bf16 on the CPU").
-        "embed": {"precision": "auto"},
+        # (AVX512-BF16, AMX), fp32 elsewhere (README, "bf16 on the CPU": what it gains and what
+        # it changes). `--set precision=fp32` gives the runs measured before it.
+        "precision": "auto",
         # BM25 and ICT; the two reference rows (two more corpus embeddings) are bench/retrieval.py's.
         "retrieval_eval": {"reference_rows": False},
         # ICT learns from in-batch negatives: many short contexts a batch, not few long ones.
         # 60 steps keep `make demo` within its time (README: what 150 gave).
         "ict": {"batch_size": 256, "steps": 60, "query_length": 32, "block_length": 64,
-                "learning_rate": 1e-4, "warmup_steps": 6, "dropout": 0.0, "precision": "auto"},
+                "learning_rate": 1e-4, "warmup_steps": 6, "dropout": 0.0},
         # ICT's budget in steps x batch x tokens; README's warm-start table trains each 40 steps.
         "retromae": {"batch_size": 256, "steps": 150, "block_length": 96, "learning_rate": 1e-4,
-                     "warmup_steps": 10, "dropout": 0.0, "precision": "auto"},
+                     "warmup_steps": 10, "dropout": 0.0},
         # MiniLM ships no MLM head: the reader learns masked LM on the blocks first. The encoders
         # learn at a tenth of the reader's rate (at the full rate they lost recall; README).
         "pretrain": {"top_k": 4, "reader_length": 128, "doc_length": 128, "batch_size": 8,
                      "reader_mlm": {"steps": 150},
                      "learning_rate": 1e-4, "retriever_lr_scale": 0.1, "steps": 100, "warmup_steps": 10, "refresh_every": 50,
                      "dropout": 0.0, "heldout_every": 10, "eval_every": 100, "eval_examples": 512,
-                     "checkpoint_every": 25, "precision": "auto"},
+                     "checkpoint_every": 25},
         # The span reader reads each SQuAD-open train question's own paragraph (checkpoint chosen
         # by EM on 300 dev questions' paragraphs); every system starts from it, REALM from its
         # own reader. Its rate was chosen on dev among 1e-4, 2e-4 and 4e-4 (README). Batches of
@@ -104,7 +104,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "finetune": {"batch_size": 8, "steps": 0, "warmup_steps": 10, "learning_rate": 5e-5, "dropout": 0.0,
                      "gold_passage": {"steps": 300, "batch_size": 16, "learning_rate": 2e-4, "warmup_steps": 30,
                                       "eval_every": 75, "patience": 2, "group_by_length": True},
-                     "checkpoint_every": 25, "precision": "auto"},
+                     "checkpoint_every": 25},
         "openqa_eval": {"question_limits": {"nq": 100, "wq": 100, "ct": 100}, "calibration_questions": 200},
     },
     "paper": {

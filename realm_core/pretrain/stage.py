@@ -26,7 +26,7 @@ from realm_core.bert import load_tokenizer
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
-from realm_core.distributed import Placement, rank_zero_artifact
+from realm_core.distributed import Placement, rank_zero_artifact, resolve_device
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import (
@@ -57,12 +57,15 @@ def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: Pretr
     """The reader's masked-LM warm-up (`pretrain.reader_mlm`) over the blocks of the articles that
     are not held out: one cached artifact that REALM, null-only and the open-QA baselines' span
     readers all start from. None when the warm-up is off (steps 0: the reader encoder ships its
-    own MLM pretraining, like bert-base-uncased)."""
+    own MLM pretraining, like bert-base-uncased). Trained on `placement`, by default on
+    `pretrain.device` in `pretrain.precision`, as the pretraining that reads it (one artifact for
+    the stage graph's warm-up and pretraining's own call)."""
     if config.reader_mlm.steps <= 0:
         return None
+    place = placement or Placement(resolve_device(config.device), config.precision)
     return run_reader_mlm(store, blocks_ref, config.reader_mlm, config.reader_encoder,
                           lambda doc: is_heldout(doc, config.heldout_every),
-                          f"sha256(doc_id) % {config.heldout_every}", placement, progress)
+                          f"sha256(doc_id) % {config.heldout_every}", place, progress)
 
 
 def _vocab_hash(spec: str) -> str:

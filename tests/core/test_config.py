@@ -2,7 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.config import BLOCK_VIEWS, ChunkConfig, PipelineConfig, load_config
+from realm_core.config import (
+    BLOCK_VIEWS,
+    PRECISION_STAGES,
+    ChunkConfig,
+    PipelineConfig,
+    load_config,
+)
 from realm_core.errors import ConfigError
 from realm_core.presets import PRESETS
 
@@ -47,6 +53,23 @@ def test_one_block_length_is_every_stage_view_unless_a_stage_sets_its_own() -> N
     assert pinned.chunk.max_wordpieces == 64
     with pytest.raises(ConfigError, match="block_length"):
         load_config("tiny", overrides=["block_length=8"])
+
+
+def test_one_precision_is_every_encoder_stages_unless_a_stage_sets_its_own() -> None:
+    stages = PRECISION_STAGES
+    demo, tiny = load_config("demo"), load_config("tiny")
+    assert demo.precision == "auto" and {getattr(demo, s).precision for s in stages} == {"auto"}
+    assert tiny.precision == "fp32" and {getattr(tiny, s).precision for s in stages} == {"fp32"}
+    fp32 = load_config("demo", overrides=["precision=fp32"])
+    assert {getattr(fp32, s).precision for s in stages} == {"fp32"}
+    # their cache keys follow it
+    assert all(getattr(fp32, s).config_hash() != getattr(demo, s).config_hash() for s in stages)
+    own = load_config("demo", overrides=["precision=fp32", "ict.precision=bf16"])
+    assert own.ict.precision == "bf16" and own.embed.precision == "fp32"
+    paper = load_config("paper")  # its stages name their own: the reader fine-tunes in fp32
+    assert (paper.ict.precision, paper.pretrain.precision, paper.finetune.precision) == ("bf16", "bf16", "fp32")
+    with pytest.raises(ConfigError, match="precision"):
+        load_config("demo", overrides=["precision=fp16"])
 
 
 def test_overrides_are_typed_and_validated() -> None:

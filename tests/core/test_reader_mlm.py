@@ -8,12 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
-from realm_core.config import BUNDLED_ENCODER, ReaderMlmConfig
+from realm_core.config import BUNDLED_ENCODER, PretrainConfig, ReaderMlmConfig
 from realm_core.distributed import Placement
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
 from realm_core.pretrain.reader_mlm import mlm_batch, train_reader_mlm
+from realm_core.pretrain.stage import run_warm_reader
 from realm_core.progress import NoProgress
 from tests.killing import KillAfter, Killed
 
@@ -71,3 +73,27 @@ def test_a_killed_warm_up_resumes_to_the_uninterrupted_weights(tiny_bert: str, t
     saved = load_file(str(tmp_path / "b" / "step-00000004" / "reader.safetensors"))
     assert saved and all(torch.equal(saved[k], y[k]) for k in saved)
     assert 2 not in {int(z) for z in blocks.pieces}  # the held-out block was never tokenised
+
+
+def test_the_graphs_warm_up_and_pretrainings_own_are_one_artifact_in_the_configs_precision(
+        tiny_bert: str, tmp_path: Path) -> None:
+    """The stage graph runs the warm-up with no placement; pretraining passes its own, built
+    from `pretrain.device` and `pretrain.precision`. Both must train in that precision and so
+    share one cache entry (the key holds the precision trained in)."""
+    store = ArtifactStore(tmp_path / "art")
+    rows = [{"block_id": int(r["block_id"]), "doc_id": r["doc_id"], "title": r["title"], "text": r["text"],
+             "n_wordpieces": 1, "char_start": 0, "char_end": 1} for r in BLOCKS.to_pylist()]
+    with store.write("blocks", "b", config={}, config_hash="c", inputs={}) as w:
+        w.table("blocks").write(rows)
+    published = store.lookup("blocks", "b")
+    assert published is not None
+    blocks = published.ref
+    config = PretrainConfig(reader_encoder=tiny_bert, heldout_every=1000, precision="bf16",
+                            reader_mlm=ReaderMlmConfig(steps=2, batch_size=2, length=32, warmup_steps=1))
+    graphs = run_warm_reader(store, blocks, config)
+    assert graphs is not None and not graphs.cached
+    assert store.open(graphs.ref).manifest["stats"]["precision"] == "bf16"
+    pretrainings = run_warm_reader(store, blocks, config, Placement(torch.device("cpu"), "bf16"))
+    assert pretrainings is not None and pretrainings.cached and pretrainings.ref.path == graphs.ref.path
+    fp32 = run_warm_reader(store, blocks, config.model_copy(update={"precision": "fp32"}))
+    assert fp32 is not None and not fp32.cached and fp32.ref.path != graphs.ref.path
