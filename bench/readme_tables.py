@@ -392,6 +392,19 @@ def ict_tokenise_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def cpu_precision_table(result: dict) -> str:
+    m, t = result["machine"], result["span_reader_train_step"]
+    lines = [f"| {m['cpu']}, {m['threads']} threads (native bf16: {'yes' if m['native_bf16'] else 'no'}; "
+             f"`auto` -> {m['auto_resolves_to']}); median of {result['rounds']} interleaved rounds | "
+             "fp32 (peer) | bf16 autocast | bf16 / fp32 | fp32 vs bf16 outputs |", "|---|---:|---:|---:|---|"]
+    for length, r in result["forward"].items():
+        lines.append(f"| MiniLM forward, {result['batch']} x {length} (seq/s) | {r['fp32_seq_per_s']:.1f} | "
+                     f"{r['bf16_seq_per_s']:.1f} | {r['bf16_vs_fp32']:.2f}x | min cosine {r['min_cosine_fp32_bf16']:.5f} |")
+    lines.append(f"| span reader training step, {t['rows']} x {t['length']} (s) | {t['fp32_step_s']:.3f} | "
+                 f"{t['bf16_step_s']:.3f} | {t['bf16_vs_fp32']:.2f}x | span scores within {t['max_abs_span_score_diff']:.3f} |")
+    return "\n".join(lines)
+
+
 def serve_table(result: dict) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
@@ -429,7 +442,7 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "warm_start": warm_start_table, "scaling": scaling_table,
                                             "projection": projection_table, "serve": serve_table,
                                             "gpu": gpu_table, "gpu_ict_run": gpu_ict_table,
-                                            "ict_tokenise": ict_tokenise_table}
+                                            "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table}
 
 
 def main() -> None:
