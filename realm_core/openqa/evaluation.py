@@ -149,7 +149,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     gold-paragraph reader (the baseline reader after its gold-passage phase) reads each SQuAD
     question's own paragraph: the reader's ceiling apart from retrieval."""
     from realm_core.bert import load_tokenizer
-    from realm_core.distributed import Placement
+    from realm_core.distributed import Placement, resolve_device
     from realm_core.openqa.retrievers import GoldPassage
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.stage import encoder_hash
@@ -183,7 +183,8 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     k = finetune_config.top_k
     runs: list[tuple[str, Retriever, QAModels, bool]] = []  # name, retriever, models, fit τ
     memo = ReadMemo()  # each distinct (reader, row) read once across systems and settings
-    place = Placement.from_env(finetune_config.device, finetune_config.precision)  # the readers' device and precision
+    # the readers' device and precision; one process reads, so no process group
+    place = Placement(resolve_device(finetune_config.device), finetune_config.precision)
 
     def read_once(reader_dir: str) -> SpanReader:
         # one seed for every reader: a directory without a span head gets the same fresh one, so
@@ -254,6 +255,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     report = results_markdown(results, specs, finetune_config)
     stats = {f"{d} EM {s}": round(m["EM"], 4) for d, r in results.items() for s, m in r["systems"].items()}
     stats |= {"reader rows read": memo.read, "reader rows reused": memo.reused}
+    stats |= {"device": str(place.device), "precision": place.precision}  # the readers' forwards
     stats["wall seconds"] = round(time.perf_counter() - started, 1)  # this evaluation, its fine-tuning apart
     with cache.write() as out:
         out.table("openqa_predictions").write(rows)

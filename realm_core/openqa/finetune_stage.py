@@ -212,7 +212,7 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     negatives). Independent of the systems' retrievers, so one artifact per reader start serves
     every system. None when the phase has no steps."""
     from realm_core.bert import load_tokenizer
-    from realm_core.distributed import Placement
+    from realm_core.distributed import Placement, resolve_device
     from realm_core.openqa.retrievers import GoldPassage, GoldWithNegatives
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.stage import encoder_hash
@@ -251,9 +251,13 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     models = QAModels(reader, None)
     checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
     retriever = GoldWithNegatives(blocks, 1 + budget.negatives) if budget.negatives else GoldPassage(blocks, 1)
+    # one process trains it (under torchrun, rank 0 while the others wait for the artifact), so
+    # a placement of its own: `finetune.device` and `finetune.precision`, no process group
+    placement = Placement(resolve_device(config.device), config.precision)
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, budget,
-                          checkpoints, dev, progress, Placement.from_env(config.device, config.precision))
+                          checkpoints, dev, progress, placement)
     stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
+             "device": str(placement.device), "precision": placement.precision,
              "negatives": budget.negatives, "positive": budget.positive,
              "paragraph_kept": kept, **_budget_stats(curves, len(questions))}
     report = (f"### gold-passage reader from {reader_start}\n\n"

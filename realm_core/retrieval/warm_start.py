@@ -82,6 +82,7 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     rows = [p.__dict__ for p in curve]
     tail = rows[-min(10, len(rows)):]
     stats = {"steps": config.steps, "usable_blocks": len(corpus), "batch_size": config.batch_size,
+             "device": str(placement.device), "precision": placement.precision,
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_in_batch_accuracy": round(sum(r["accuracy"] for r in tail) / len(tail), 4),
              "first_loss": round(rows[0]["loss"], 4), "train_seconds": round(time.perf_counter() - t0, 1)}
@@ -130,6 +131,7 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
     rows = [p.__dict__ for p in curve]
     tail = rows[-min(10, len(rows)):]
     stats = {"steps": config.steps, "blocks": table.num_rows, "batch_size": config.batch_size,
+             "device": str(placement.device), "precision": placement.precision,
              "enhanced_decoding": config.enhanced_decoding,
              "first_loss": round(rows[0]["loss"], 4),
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
