@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 PORT ?= 4200
 # The demo preset's encoders run in bf16 where the CPU computes it natively (`precision: auto`);
 # `make openqa-table PRECISION=fp32` (or realm-table, pretrain-table) runs a table in fp32, as
-# every table measured before 2026-11-26's session 22 was.
+# every table measured before 2026-11-27 was.
 PRECISION ?=
 PRECISION_SET := $(if $(PRECISION),--set precision=$(PRECISION))
 QA_PORT ?= 8000
