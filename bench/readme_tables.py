@@ -405,6 +405,14 @@ def cpu_precision_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def startup_table(result: dict) -> str:
+    lines = [f"| command (median of {result['rounds']} interleaved rounds, {result['cpus']} cores) | bytecode written "
+             "at install (s) | no bytecode, peer (s) | peer / bytecode |", "|---|---:|---:|---:|"]
+    for name, c in result["commands"].items():
+        lines.append(f"| `{name}` | {c['bytecode_s']:.2f} | {c['no_bytecode_s']:.2f} | {c['speedup']:.2f}x |")
+    return "\n".join(lines)
+
+
 def serve_table(result: dict) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
@@ -442,7 +450,8 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "warm_start": warm_start_table, "scaling": scaling_table,
                                             "projection": projection_table, "serve": serve_table,
                                             "gpu": gpu_table, "gpu_ict_run": gpu_ict_table,
-                                            "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table}
+                                            "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table,
+                                            "startup": startup_table}
 
 
 def main() -> None:
