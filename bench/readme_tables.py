@@ -447,6 +447,7 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
                                             "openqa_bm25": openqa_table, "openqa_bm25_2ep": openqa_table,
+                                            "openqa_bf16": openqa_table,
                                             "warm_start": warm_start_table, "scaling": scaling_table,
                                             "projection": projection_table, "serve": serve_table,
                                             "gpu": gpu_table, "gpu_ict_run": gpu_ict_table,
