@@ -108,8 +108,9 @@ realm-table: $(STAMP)
 # after make realm-table (three gold phases 84 min, evaluation of eight rows 36 min); after make
 # demo alone about 52 min more (the reader warm-up and the two pretraining runs it reads). All of
 # that in fp32; the bare command in bf16 (this CPU): 1 h 40 min after make demo (2026-11-27).
-# OPENQA_JSON names the results file: README's main table is bench/results/openqa.json (fp32, run
-# with PRECISION=fp32); the bare command's bf16 run is committed as OPENQA_JSON=bench/results/openqa_bf16.json.
+# OPENQA_JSON names the results file. The committed bench/results/openqa.json, README's main table,
+# is the fp32 run (PRECISION=fp32); the bare command's bf16 run is committed as
+# OPENQA_JSON=bench/results/openqa_bf16.json. A bare run without OPENQA_JSON replaces openqa.json.
 OPENQA_JSON ?= bench/results/openqa.json
 openqa-table: $(STAMP)
 	$(BIN)/realm evaluate --preset demo --config bench/configs/openqa_table.yaml $(PRECISION_SET) --json $(OPENQA_JSON)
