@@ -51,10 +51,12 @@ def main() -> None:
         rows[system] = {"questions": len(qids), "delta": delta, "ci95": [lo, hi], "mcnemar_p": mcnemar_p(x, y)}
         print(f"{system}: {100 * delta:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] on {len(qids)} questions")
     # each run's own figures beside the differences (EM, F1, R@k per system; the gold-paragraph
-    # phase's budget and dev curve; the warm starts' stats; the evaluation's stats and peak
-    # memory), so what README quotes of either run is in the file
+    # phase's budget and dev curve; each system's budget, the open-domain phase's curve and
+    # seconds among it; the warm starts' stats; the evaluation's stats and peak memory), so what
+    # README quotes of either run is in the file
     runs_out = {side: {"json": str(path), "systems": run["results"][args.dataset]["systems"],
-                       "gold_reader": run.get("gold_reader"), "warm_starts": run.get("warm_starts"),
+                       "gold_reader": run.get("gold_reader"), "budget": run.get("budget"),
+                       "finetune": run.get("finetune"), "warm_starts": run.get("warm_starts"),
                        "evaluation": run.get("stats"), "peak_rss_gb": run.get("peak_rss_gb")}
                 for side, (path, run) in zip(("a", "b"), runs.items(), strict=True)}
     write_result(args.name, {"a": str(args.a), "b": str(args.b), "dataset": args.dataset, "paired": rows,
