@@ -282,37 +282,46 @@ def openqa_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
+    """One run of `make openqa-open-phase`, its settings read from the run itself (the ICT warm
+    start's stats and the fine-tune config that bench/paired_runs.py keeps)."""
+    ws = (run.get("warm_starts") or {}).get("ict") or {}
+    ft = run.get("finetune") or {}
+    o = (run.get("budget") or {}).get(system, {}).get("open") or {}
+    m = run["systems"][system]
+    ict = f"{ws['steps']} x {ws['batch_size']:,}, {ws['train_seconds']:,.0f} s" if ws else "-"
+    if not ft.get("steps"):
+        phase = "none"
+    else:
+        query = "trained" if ft["train_query_encoder"] else "frozen"
+        phase = (f"{ft['steps']} steps x {ft['batch_size']}, query encoder {query}: {o['examples_seen']:,} "
+                 f"examples, {o['epochs']} epochs, {o['wall_seconds']:,.0f} s")
+    curve = ", ".join(f"{step:.0f}: {100 * em:.1f}" for step, em in o.get("dev_curve", [])) or "-"
+    gain = "-" if paired is None else f"**{_interval(paired['delta'], paired['ci95'])}**, p {paired['mcnemar_p']:.2g}"
+    return (f"| {ict} | {phase} | {curve} | {100 * m['R@5']:.1f} | {100 * m['EM']:.1f} / {100 * m['F1']:.1f} | "
+            f"{gain} |")
+
+
 def open_phase_table(result: dict) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
-    open-domain phase, and with ICT's 4x in-batch negatives, each paired on the same test
-    questions (bench/results/openqa_ict_open_test.json and its two siblings, where present)."""
+    open-domain phase, and with ICT's 4x in-batch negatives, each paired with the first row on
+    the same test questions (bench/results/openqa_ict_open_test.json and its two siblings, where
+    present)."""
     system = "ICT (ORQA-like)"
-    runs = [("the demo's (60 x 256)", "none (the table's ICT row)", result["runs"]["b"], None),
-            ("the demo's (60 x 256)", "300 steps x 8, query encoder frozen", result["runs"]["a"],
-             result["paired"][system])]
+    rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]
     wider = RESULTS / "openqa_ictb1024_open_test.json"
     if wider.is_file():
         w = json.loads(wider.read_text())
-        runs.append(("60 x 1,024 (4x the demo's contexts)", "300 steps x 8, query encoder frozen",
-                     w["runs"]["a"], w["paired"][system]))
-    lines = ["| ICT retriever | open-domain phase | ICT training (s) | open phase: examples, epochs, s | "
-             "dev EM at steps 100 / 200 / 300 (300 dev questions) | test R@5 | test EM / F1 | paired EM gain over the first row, "
-             "95% interval, McNemar p |", "|---|---|---:|---:|---|---:|---:|---|"]
-    for retriever, phase, run, paired in runs:
-        m = run["systems"][system]
-        o = (run.get("budget") or {}).get(system, {}).get("open") or {}
-        curve = " / ".join(f"{100 * em:.1f}" for _, em in o.get("dev_curve", [])) or "-"
-        spent = (f"{o['examples_seen']:,}, {o['epochs']}, {o['wall_seconds']:,.0f}"
-                 if o.get("examples_seen") else "-")
-        ict = (run.get("warm_starts") or {}).get("ict", {}).get("train_seconds")
-        gain = "-" if paired is None else (f"**{_interval(paired['delta'], paired['ci95'])}**, "
-                                           f"p {paired['mcnemar_p']:.2g}")
-        lines.append(f"| {retriever} | {phase} | {'-' if ict is None else f'{ict:,.0f}'} | {spent} | {curve} | "
-                     f"{100 * m['R@5']:.1f} | {100 * m['EM']:.1f} / {100 * m['F1']:.1f} | {gain} |")
+        rows.append((w["runs"]["a"], w["paired"][system]))
+    dev = (result["runs"]["a"].get("finetune") or {}).get("dev_questions")
+    lines = [f"| ICT: steps x contexts, training | open-domain phase | dev EM by step ({dev} dev questions) | "
+             "test R@5 | test EM / F1 | paired EM gain over the first row, 95% interval, McNemar p |",
+             "|---|---|---|---:|---:|---|"]
+    lines += [_open_phase_row(run, system, paired) for run, paired in rows]
     both = RESULTS / "openqa_ictb1024_vs_ict_open_test.json"
     if both.is_file():
         p = json.loads(both.read_text())["paired"][system]
-        lines += ["", f"60 x 1,024 against the demo's ICT, both with the open-domain phase: "
+        lines += ["", f"ICT's 4x contexts against the demo's ICT, both with the open-domain phase: "
                   f"{_interval(p['delta'], p['ci95'])}, McNemar p {p['mcnemar_p']:.2g}, on "
                   f"{p['questions']:,} test questions."]
     return "\n".join(lines)
