@@ -286,10 +286,12 @@ def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
     """One run of `make openqa-open-phase`, its settings read from the run itself (the ICT warm
     start's stats and the fine-tune config that bench/paired_runs.py keeps)."""
     ws = (run.get("warm_starts") or {}).get("ict") or {}
+    length = ((run.get("retrievers") or {}).get("ict") or {}).get("block_length")
     ft = run.get("finetune") or {}
     o = (run.get("budget") or {}).get(system, {}).get("open") or {}
     m = run["systems"][system]
-    ict = f"{ws['steps']} x {ws['batch_size']:,}, {ws['train_seconds']:,.0f} s" if ws else "-"
+    ict = "-" if not ws else (f"{ws['steps']} x {ws['batch_size']:,}"
+                              + (f" of {length} wordpieces" if length else "") + f", {ws['train_seconds']:,.0f} s")
     if not ft.get("steps"):
         phase = "none"
     else:
@@ -302,29 +304,35 @@ def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
             f"{gain} |")
 
 
+OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_open_test", "ICT's 4x contexts"),
+                      ("openqa_ict288_open_test", "openqa_ict288_vs_ict_open_test",
+                       "ICT on 288-wordpiece blocks"))
+
+
 def open_phase_table(result: dict) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
-    open-domain phase, and with ICT's 4x in-batch negatives, each paired with the first row on
-    the same test questions (bench/results/openqa_ict_open_test.json and its two siblings, where
-    present)."""
+    open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
+    288-wordpiece blocks), each paired with the first row on the same test questions, and against
+    the demo's ICT with the phase below the table (bench/results/openqa_ict_open_test.json and
+    its siblings, where present)."""
     system = "ICT (ORQA-like)"
     rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]
-    wider = RESULTS / "openqa_ictb1024_open_test.json"
-    if wider.is_file():
-        w = json.loads(wider.read_text())
-        rows.append((w["runs"]["a"], w["paired"][system]))
+    notes = []
+    for name, against, label in OPEN_PHASE_VARIANTS:
+        if (RESULTS / f"{name}.json").is_file():
+            w = json.loads((RESULTS / f"{name}.json").read_text())
+            rows.append((w["runs"]["a"], w["paired"][system]))
+        if (RESULTS / f"{against}.json").is_file():
+            p = json.loads((RESULTS / f"{against}.json").read_text())["paired"][system]
+            notes.append(f"{label} against the demo's ICT, both with the open-domain phase: "
+                         f"{_interval(p['delta'], p['ci95'])}, McNemar p {p['mcnemar_p']:.2g}, on "
+                         f"{p['questions']:,} test questions.")
     dev = (result["runs"]["a"].get("finetune") or {}).get("dev_questions")
     lines = [f"| ICT: steps x contexts, training | open-domain phase | dev EM by step ({dev} dev questions) | "
              "test R@5 | test EM / F1 | paired EM gain over the first row, 95% interval, McNemar p |",
              "|---|---|---|---:|---:|---|"]
     lines += [_open_phase_row(run, system, paired) for run, paired in rows]
-    both = RESULTS / "openqa_ictb1024_vs_ict_open_test.json"
-    if both.is_file():
-        p = json.loads(both.read_text())["paired"][system]
-        lines += ["", f"ICT's 4x contexts against the demo's ICT, both with the open-domain phase: "
-                  f"{_interval(p['delta'], p['ci95'])}, McNemar p {p['mcnemar_p']:.2g}, on "
-                  f"{p['questions']:,} test questions."]
-    return "\n".join(lines)
+    return "\n\n".join(["\n".join(lines), *notes])
 
 
 def _reader_start(path: str) -> str:

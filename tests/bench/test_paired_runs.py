@@ -1,0 +1,87 @@
+"""bench/paired_runs.py and the open-phase table README renders from its output: the paired
+difference on a known table, the warm start's config read from the retriever artifact the
+evaluation names, and the table's row label built from it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import paired_runs  # noqa: E402
+import peers  # noqa: E402
+import readme_tables  # noqa: E402
+
+SYSTEM = "ICT (ORQA-like)"
+
+
+def _retriever(root: Path, block_length: int) -> Path:
+    d = root / "retriever" / f"r{block_length}"
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"kind": "retriever", "config": {"block_length": block_length}}))
+    return d
+
+
+def _run(root: Path, name: str, retriever: Path, correct: list[bool], phase_steps: int) -> Path:
+    """A `realm evaluate --json` file and the evaluation artifact it names: its manifest's inputs
+    name the system's query encoder as the real stage does, its predictions say which qids it got."""
+    artifact = root / "openqa_eval" / name
+    artifact.mkdir(parents=True)
+    system0 = (f"{{'key': 'ict', 'name': '{SYSTEM}', 'retrieval': 'dense', "
+               f"'query_encoder': '{retriever}/query_encoder', 'note': ''}}@abc")
+    (artifact / "manifest.json").write_text(json.dumps({"inputs": {"blocks": "0" * 64, "system0": system0}}))
+    pq.write_table(pa.table({"dataset": ["squad-open"] * len(correct), "system": [SYSTEM] * len(correct),
+                             "qid": [f"q{i}" for i in range(len(correct))], "correct": correct}),
+                   artifact / "openqa_predictions")
+    em = sum(correct) / len(correct)
+    budget = {SYSTEM: {"open": {"examples_seen": 80, "epochs": 0.5, "wall_seconds": 12.0,
+                                "dev_curve": [[10, 0.25], [20, 0.3]]}}} if phase_steps else {}
+    run = {"artifact": str(artifact), "budget": budget,
+           "results": {"squad-open": {"systems": {SYSTEM: {"EM": em, "F1": em, "R@5": 0.5}}}},
+           "finetune": {"steps": phase_steps, "batch_size": 8, "train_query_encoder": False, "dev_questions": 40},
+           "warm_starts": {"ict": {"steps": 60, "batch_size": 256, "train_seconds": 100.0}}}
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(run))
+    return path
+
+
+def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_path, monkeypatch):
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    monkeypatch.setattr(peers, "RESULTS", results)
+    monkeypatch.setattr(readme_tables, "RESULTS", results)
+    # 10 questions: the phase answers q0-q5, the baseline q0-q2; 3 discordant pairs, all one way
+    a = _run(tmp_path, "open", _retriever(tmp_path, 288), [True] * 6 + [False] * 4, phase_steps=20)
+    b = _run(tmp_path, "base", _retriever(tmp_path, 64), [True] * 3 + [False] * 7, phase_steps=0)
+    monkeypatch.setattr(sys, "argv", ["paired_runs.py", str(a), str(b), "--name", "t"])
+    paired_runs.main()
+    result = json.loads((results / "t.json").read_text())
+    p = result["paired"][SYSTEM]
+    assert p["questions"] == 10
+    assert p["delta"] == pytest.approx(0.3)
+    assert p["mcnemar_p"] == pytest.approx(0.25)  # 2 * 0.5 ** 3
+    assert p["ci95"][0] <= 0.3 <= p["ci95"][1]
+    assert result["runs"]["a"]["retrievers"] == {"ict": {"block_length": 288}}
+    assert result["runs"]["b"]["retrievers"] == {"ict": {"block_length": 64}}
+
+    rows = readme_tables.open_phase_table(result).splitlines()
+    assert rows[0].startswith("| ICT: steps x contexts, training | open-domain phase | dev EM by step (40 dev questions)")
+    assert rows[2] == "| 60 x 256 of 64 wordpieces, 100 s | none | - | 50.0 | 30.0 / 30.0 | - |"
+    assert rows[3].startswith("| 60 x 256 of 288 wordpieces, 100 s | 20 steps x 8, query encoder frozen: 80 examples, "
+                              "0.5 epochs, 12 s | 10: 25.0, 20: 30.0 | 50.0 | 60.0 / 60.0 | **+30.0 [")
+    assert rows[3].endswith("**, p 0.25 |")
+
+
+def test_a_system_without_a_dense_retriever_has_no_warm_start_config(tmp_path):
+    artifact = tmp_path / "openqa_eval" / "bm25"
+    artifact.mkdir(parents=True)
+    system0 = "{'key': 'bm25', 'name': 'BM25 + reader', 'retrieval': 'bm25', 'note': ''}@abc"
+    (artifact / "manifest.json").write_text(json.dumps({"inputs": {"system0": system0}}))
+    assert paired_runs.retriever_configs(str(artifact)) == {}
