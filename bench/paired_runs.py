@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -30,22 +29,6 @@ def correct(artifact: str, dataset: str) -> dict[str, dict[str, bool]]:
     for r in pq.read_table(Path(artifact) / "openqa_predictions").to_pylist():
         if r["dataset"] == dataset:
             out.setdefault(r["system"], {})[r["qid"]] = r["correct"]
-    return out
-
-
-def retriever_configs(artifact: str) -> dict[str, dict]:
-    """system key -> the config of the warm start its dense encoders came from (ICT's block
-    length, batch, steps...), read from the retriever artifact that the evaluation's manifest
-    names among its inputs; BM25 and the no-retrieval row have none."""
-    manifest = json.loads((Path(artifact) / "manifest.json").read_text())
-    out = {}
-    for value in manifest["inputs"].values():
-        system = re.match(r"\{'key': '(\w+)'", str(value))
-        encoder = re.search(r"'query_encoder': '([^']+)/query_encoder'", str(value))
-        if system and encoder:
-            retriever = Path(encoder.group(1)) / "manifest.json"
-            if retriever.is_file():
-                out[system.group(1)] = json.loads(retriever.read_text())["config"]
     return out
 
 
@@ -69,12 +52,12 @@ def main() -> None:
         print(f"{system}: {100 * delta:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] on {len(qids)} questions")
     # each run's own figures beside the differences (EM, F1, R@k per system; the gold-paragraph
     # phase's budget and dev curve; each system's budget, the open-domain phase's curve and
-    # seconds among it; the warm starts' stats; the evaluation's stats and peak memory), so what
+    # seconds among it; the warm starts' stats and configs; the evaluation's stats and peak memory), so what
     # README quotes of either run is in the file
     runs_out = {side: {"json": str(path), "systems": run["results"][args.dataset]["systems"],
                        "gold_reader": run.get("gold_reader"), "budget": run.get("budget"),
                        "finetune": run.get("finetune"), "warm_starts": run.get("warm_starts"),
-                       "retrievers": retriever_configs(run["artifact"]),
+                       "warm_start_configs": run.get("warm_start_configs"),
                        "evaluation": run.get("stats"), "peak_rss_gb": run.get("peak_rss_gb")}
                 for side, (path, run) in zip(("a", "b"), runs.items(), strict=True)}
     write_result(args.name, {"a": str(args.a), "b": str(args.b), "dataset": args.dataset, "paired": rows,

@@ -284,9 +284,9 @@ def openqa_table(result: dict) -> str:
 
 def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
     """One run of `make openqa-open-phase`, its settings read from the run itself (the ICT warm
-    start's stats and the fine-tune config that bench/paired_runs.py keeps)."""
+    start's stats and config and the fine-tune config that bench/paired_runs.py keeps)."""
     ws = (run.get("warm_starts") or {}).get("ict") or {}
-    length = ((run.get("retrievers") or {}).get("ict") or {}).get("block_length")
+    length = ((run.get("warm_start_configs") or {}).get("ict") or {}).get("block_length")
     ft = run.get("finetune") or {}
     o = (run.get("budget") or {}).get(system, {}).get("open") or {}
     m = run["systems"][system]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,6 +25,9 @@ from flows.cli.common import (
     resolver,
     write_json,
 )
+
+if TYPE_CHECKING:
+    from realm_core.graph import StageRun
 
 Systems = Annotated[list[str] | None, typer.Option(
     "--system", help="none (null block only), bm25, ict (ORQA-like), realm; the 2x2's crossings "
@@ -100,9 +103,24 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         out.print(run.report)
         assert run.ref is not None
         m = stages.store.open(run.ref).manifest
-        # what README quotes of a run beside its results: each warm start's own stats (train
-        # seconds), and this process's peak memory
-        warm_starts = {name: r.stats for name, r in stages.runs.items() if name in ("ict", "retromae") and r.stats}
         write_json(json_out, {"preset": preset, "artifact": run.ref.path} | {
             k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune", "stats")}
-            | {"warm_starts": warm_starts, "peak_rss_gb": peak_rss_gb()})
+            | warm_start_record(stages.runs) | {"peak_rss_gb": peak_memory(stages.runs)})
+
+
+def peak_memory(runs: dict[str, StageRun]) -> dict[str, float] | None:
+    """This process's peak memory where it did some of the work; None where every stage was a
+    cache hit, since then it measured only the loading (the run that did the work measured its own)."""
+    return None if all(r.cached for r in runs.values()) else peak_rss_gb()
+
+
+WARM_STARTS = ("ict", "retromae")
+
+
+def warm_start_record(runs: dict[str, StageRun]) -> dict[str, dict[str, dict]]:
+    """What README quotes of a run's retriever warm starts beside its results: each one's stats
+    (steps, batch, train seconds) and the config it trained with (block length, micro-batch...),
+    as the stage resolved it in this process, so a reader of the file need not open the artifacts."""
+    used = {name: r for name, r in runs.items() if name in WARM_STARTS and r.ref is not None}
+    return {"warm_starts": {name: r.stats for name, r in used.items()},
+            "warm_start_configs": {name: r.config[name] for name, r in used.items()}}

@@ -1,6 +1,6 @@
 """bench/paired_runs.py and the open-phase table README renders from its output: the paired
-difference on a known table, the warm start's config read from the retriever artifact the
-evaluation names, and the table's row label built from it."""
+difference on a known table, each run's warm-start config carried over from the run's own file,
+and the table's row label built from it."""
 
 from __future__ import annotations
 
@@ -22,21 +22,11 @@ import readme_tables  # noqa: E402
 SYSTEM = "ICT (ORQA-like)"
 
 
-def _retriever(root: Path, block_length: int) -> Path:
-    d = root / "retriever" / f"r{block_length}"
-    d.mkdir(parents=True)
-    (d / "manifest.json").write_text(json.dumps({"kind": "retriever", "config": {"block_length": block_length}}))
-    return d
-
-
-def _run(root: Path, name: str, retriever: Path, correct: list[bool], phase_steps: int) -> Path:
-    """A `realm evaluate --json` file and the evaluation artifact it names: its manifest's inputs
-    name the system's query encoder as the real stage does, its predictions say which qids it got."""
+def _run(root: Path, name: str, block_length: int, correct: list[bool], phase_steps: int) -> Path:
+    """A `realm evaluate --json` file and the evaluation artifact it names: its predictions say
+    which qids it got, the file keeps the ICT warm start's stats and config as the command writes them."""
     artifact = root / "openqa_eval" / name
     artifact.mkdir(parents=True)
-    system0 = (f"{{'key': 'ict', 'name': '{SYSTEM}', 'retrieval': 'dense', "
-               f"'query_encoder': '{retriever}/query_encoder', 'note': ''}}@abc")
-    (artifact / "manifest.json").write_text(json.dumps({"inputs": {"blocks": "0" * 64, "system0": system0}}))
     pq.write_table(pa.table({"dataset": ["squad-open"] * len(correct), "system": [SYSTEM] * len(correct),
                              "qid": [f"q{i}" for i in range(len(correct))], "correct": correct}),
                    artifact / "openqa_predictions")
@@ -46,7 +36,8 @@ def _run(root: Path, name: str, retriever: Path, correct: list[bool], phase_step
     run = {"artifact": str(artifact), "budget": budget,
            "results": {"squad-open": {"systems": {SYSTEM: {"EM": em, "F1": em, "R@5": 0.5}}}},
            "finetune": {"steps": phase_steps, "batch_size": 8, "train_query_encoder": False, "dev_questions": 40},
-           "warm_starts": {"ict": {"steps": 60, "batch_size": 256, "train_seconds": 100.0}}}
+           "warm_starts": {"ict": {"steps": 60, "batch_size": 256, "train_seconds": 100.0}},
+           "warm_start_configs": {"ict": {"block_length": block_length, "micro_batch": 64}}}
     path = root / f"{name}.json"
     path.write_text(json.dumps(run))
     return path
@@ -58,8 +49,8 @@ def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_
     monkeypatch.setattr(peers, "RESULTS", results)
     monkeypatch.setattr(readme_tables, "RESULTS", results)
     # 10 questions: the phase answers q0-q5, the baseline q0-q2; 3 discordant pairs, all one way
-    a = _run(tmp_path, "open", _retriever(tmp_path, 288), [True] * 6 + [False] * 4, phase_steps=20)
-    b = _run(tmp_path, "base", _retriever(tmp_path, 64), [True] * 3 + [False] * 7, phase_steps=0)
+    a = _run(tmp_path, "open", 288, [True] * 6 + [False] * 4, phase_steps=20)
+    b = _run(tmp_path, "base", 64, [True] * 3 + [False] * 7, phase_steps=0)
     monkeypatch.setattr(sys, "argv", ["paired_runs.py", str(a), str(b), "--name", "t"])
     paired_runs.main()
     result = json.loads((results / "t.json").read_text())
@@ -68,8 +59,8 @@ def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_
     assert p["delta"] == pytest.approx(0.3)
     assert p["mcnemar_p"] == pytest.approx(0.25)  # 2 * 0.5 ** 3
     assert p["ci95"][0] <= 0.3 <= p["ci95"][1]
-    assert result["runs"]["a"]["retrievers"] == {"ict": {"block_length": 288}}
-    assert result["runs"]["b"]["retrievers"] == {"ict": {"block_length": 64}}
+    assert result["runs"]["a"]["warm_start_configs"] == {"ict": {"block_length": 288, "micro_batch": 64}}
+    assert result["runs"]["b"]["warm_start_configs"] == {"ict": {"block_length": 64, "micro_batch": 64}}
 
     rows = readme_tables.open_phase_table(result).splitlines()
     assert rows[0].startswith("| ICT: steps x contexts, training | open-domain phase | dev EM by step (40 dev questions)")
@@ -79,9 +70,21 @@ def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_
     assert rows[3].endswith("**, p 0.25 |")
 
 
-def test_a_system_without_a_dense_retriever_has_no_warm_start_config(tmp_path):
-    artifact = tmp_path / "openqa_eval" / "bm25"
-    artifact.mkdir(parents=True)
-    system0 = "{'key': 'bm25', 'name': 'BM25 + reader', 'retrieval': 'bm25', 'note': ''}@abc"
-    (artifact / "manifest.json").write_text(json.dumps({"inputs": {"system0": system0}}))
-    assert paired_runs.retriever_configs(str(artifact)) == {}
+def test_a_run_from_before_warm_start_configs_has_rows_without_a_block_length(tmp_path, monkeypatch):
+    """An older `realm evaluate --json` (no warm_start_configs): the pairing still works and the
+    row says nothing it does not know."""
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    monkeypatch.setattr(peers, "RESULTS", results)
+    monkeypatch.setattr(readme_tables, "RESULTS", results)
+    a = _run(tmp_path, "open", 288, [True, False], phase_steps=20)
+    b = _run(tmp_path, "base", 64, [True, False], phase_steps=0)
+    for path in (a, b):
+        run = json.loads(path.read_text())
+        del run["warm_start_configs"]
+        path.write_text(json.dumps(run))
+    monkeypatch.setattr(sys, "argv", ["paired_runs.py", str(a), str(b), "--name", "t"])
+    paired_runs.main()
+    result = json.loads((results / "t.json").read_text())
+    assert result["paired"][SYSTEM]["delta"] == 0.0 and result["runs"]["a"]["warm_start_configs"] is None
+    assert readme_tables.open_phase_table(result).splitlines()[2].startswith("| 60 x 256, 100 s | none |")
