@@ -306,13 +306,15 @@ def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
 
 OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_open_test", "ICT's 4x contexts"),
                       ("openqa_ict288_open_test", "openqa_ict288_vs_ict_open_test",
-                       "ICT on 288-wordpiece blocks"))
+                       "ICT on 288-wordpiece blocks"),
+                      ("openqa_ict288_600_open_test", "openqa_ict288_600_vs_ict_open_test",
+                       "ICT on 288-wordpiece blocks with a 600-step phase"))
 
 
 def open_phase_table(result: dict) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
-    288-wordpiece blocks), each paired with the first row on the same test questions, and against
+    288-wordpiece blocks, those with a phase twice as long), each paired with the first row on the same test questions, and against
     the demo's ICT with the phase below the table (bench/results/openqa_ict_open_test.json and
     its siblings, where present)."""
     system = "ICT (ORQA-like)"
