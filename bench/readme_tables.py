@@ -314,9 +314,10 @@ OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_ope
 def open_phase_table(result: dict) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
-    288-wordpiece blocks, those with a phase twice as long), each paired with the first row on the same test questions, and against
-    the demo's ICT with the phase below the table (bench/results/openqa_ict_open_test.json and
-    its siblings, where present)."""
+    288-wordpiece blocks, those with a phase twice as long), each paired with the first row on
+    the same test questions, and against the demo's ICT with the phase below the table, naming
+    each side's phase length where they differ (bench/results/openqa_ict_open_test.json and its
+    siblings, where present)."""
     system = "ICT (ORQA-like)"
     rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]
     notes = []
@@ -325,8 +326,12 @@ def open_phase_table(result: dict) -> str:
             w = json.loads((RESULTS / f"{name}.json").read_text())
             rows.append((w["runs"]["a"], w["paired"][system]))
         if (RESULTS / f"{against}.json").is_file():
-            p = json.loads((RESULTS / f"{against}.json").read_text())["paired"][system]
-            notes.append(f"{label} against the demo's ICT, both with the open-domain phase: "
+            pair = json.loads((RESULTS / f"{against}.json").read_text())
+            p = pair["paired"][system]
+            steps = [(pair["runs"][side].get("finetune") or {}).get("steps") for side in ("a", "b")]
+            phases = ("both with the open-domain phase" if steps[0] == steps[1] else
+                      f"with open-domain phases of {steps[0]:,} and {steps[1]:,} steps")
+            notes.append(f"{label} against the demo's ICT, {phases}: "
                          f"{_interval(p['delta'], p['ci95'])}, McNemar p {p['mcnemar_p']:.2g}, on "
                          f"{p['questions']:,} test questions.")
     dev = (result["runs"]["a"].get("finetune") or {}).get("dev_questions")
