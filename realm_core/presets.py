@@ -46,7 +46,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "steps": 4, "warmup_steps": 1, "refresh_every": 2, "sync_refresh": True,
                      "dropout": 0.0, "eval_every": 2, "eval_examples": 8, "checkpoint_every": 2,
                      "log_every": 1},
-        # the tiny corpus holds SQuAD articles 0-2 only
+        # the tiny corpus holds SQuAD articles 0-2 only: retrieval is measured on the two it
+        # does not train on (359 questions; articles 30-39, 1,971, are not in its corpus), and,
+        # as in the demo, without the two reference rows (tests/core/test_retrieval_eval.py has them)
+        "retrieval_eval": {"squad_articles": (1, 2), "reference_rows": False},
         "questions": {"sources": [
             {"kind": "squad", "path": "data:squad/squad-v1.1-dev.articles-00-39.json",
              "dataset": "squad-open", "split": "train", "articles": [0, 0]},

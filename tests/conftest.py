@@ -16,8 +16,8 @@ Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 
 import pytest
 
-from realm_core.artifacts import ArtifactStore
-from realm_core.config import data_dir
+from realm_core.artifacts import ArtifactRef, ArtifactStore
+from realm_core.config import PipelineConfig, data_dir, load_config
 
 GENSIM = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 TABLES = "wikipedia/enwiki-table-markup.xml.bz2"
@@ -67,3 +67,22 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> str:
     BertModel(config).save_pretrained(str(directory), safe_serialization=True)
     tok.save_pretrained(str(directory))
     return str(directory)
+
+
+@pytest.fixture(scope="session")
+def tiny_upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> tuple[Path, PipelineConfig, dict[str, ArtifactRef]]:
+    """Documents, blocks, salient spans and the ICT warm start of the tiny preset, in a root that
+    the tests copy before writing into it (pretraining's settings do not change these keys)."""
+    from realm_core.blocks import run_chunk
+    from realm_core.ingest.stage import run_ingest
+    from realm_core.retrieval.warm_start import run_warm_start_ict
+    from realm_core.spans.mining import run_mine_spans
+
+    cfg = load_config("tiny")
+    root = tmp_path_factory.mktemp("tiny-upstream") / "art"
+    store = ArtifactStore(root)
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    spans = run_mine_spans(store, blocks.ref, cfg.spans)
+    ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
+    return root, cfg, {"blocks": blocks.ref, "spans": spans.ref, "ict": ict.ref}

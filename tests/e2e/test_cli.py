@@ -1,4 +1,5 @@
-"""The `realm` command as a user runs it: real processes, exit codes, no partial artifacts."""
+"""The `realm` command as a user runs it: real processes, exit codes, no partial artifacts (the
+query side's bad-input cases run the same app in this process)."""
 
 import json
 import os
@@ -8,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
 
 pytestmark = pytest.mark.slow
 REALM = [sys.executable, "-m", "flows.cli"]
@@ -193,5 +197,6 @@ def _search_and_ask(root: str, tmp_path: Path) -> None:
                           (["ask", "x", "--system", "t5"], "system 't5'"),
                           (["ask", "--questions", str(batch)], "needs --out"),
                           (["ask"], "give one question")):
-        r = realm(*args, *tiny, cwd=tmp_path)
-        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        # in this process (the same app, exit code and message; no interpreter start per case)
+        r = CliRunner().invoke(app, [*args, *tiny], env={"COLUMNS": "200"})
+        assert r.exit_code == 2 and message in r.stderr, (args, r.output)

@@ -50,7 +50,8 @@ def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: 
     from realm_core.retrieval.stage import run_embed_blocks
 
     root = str(tmp_path / "art")
-    sets = ["embed.shard_size=200", "embed.encoder_from=config"]  # 612 blocks: 4 shards
+    # 612 blocks: 4 shards; their first 32 wordpieces (the fan-out, not the length, is tested)
+    sets = ["embed.shard_size=200", "embed.encoder_from=config", "embed.max_length=32"]
     runs = refresh_index(preset="tiny", overrides=sets, root=root, dask="local:2")
     fanned, blocks = runs["embed"], runs["chunk"].ref
     embed = load_config("tiny", overrides=sets).embed

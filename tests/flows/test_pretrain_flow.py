@@ -1,5 +1,6 @@
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,10 @@ from realm_core.artifacts import ArtifactStore
 pytestmark = pytest.mark.slow
 
 
-def test_pretraining_flow_runs_each_refresh_as_a_subflow(shared_data: Path, tmp_path: Path) -> None:
+def test_pretraining_flow_runs_each_refresh_as_a_subflow(tiny_upstream: tuple[Path, object, object],
+                                                         tmp_path: Path) -> None:
     root = str(tmp_path / "art")
+    shutil.copytree(tiny_upstream[0], root)  # ingest to ICT: cache hits for the flow's upstream stages
     # a deployment run with one field typed into the UI's form: the tiny preset plus that change
     overrides = ["pretrain.refresh_every=3"]
     state = pretrain_realm(preset="tiny", overrides=overrides, root=root, return_state=True)
