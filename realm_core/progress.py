@@ -24,17 +24,42 @@ class NoProgress:
         pass
 
 
-def rate_text(done: int, elapsed: float, unit: str, total: int | None = None) -> str:
+def rate_text(done: int, elapsed: float, unit: str, total: int | None = None, timed: int | None = None) -> str:
     """"12.3 blocks/s", or "one per 28.6 s" for slow units such as training steps, and the time
-    left when the total is known."""
-    if done == 0:
+    left when the total is known. `timed`: how many of the `done` units `elapsed` covers (all of
+    them unless some came from a checkpoint)."""
+    timed = done if timed is None else timed
+    if timed == 0:
         return f"{elapsed:.0f} s, none done yet"
-    rate = done / elapsed
+    rate = timed / elapsed
     text = f"{rate:.1f} {unit}/s" if rate >= 1 else f"one per {1 / rate:.1f} s"
     if total and done < total:
         left = (total - done) / rate
         text += f", about {left / 60:.0f} min left" if left >= 120 else f", about {left:.0f} s left"
     return text
+
+
+class Rate:
+    """Count, rate and time left of one loop. A loop that resumes from a checkpoint advances by
+    the restored units before its first new one (`progress.advance(start)`), so the rate is timed
+    from the first advance: 275 restored steps do not read as 275 steps done in no time."""
+
+    def __init__(self, unit: str, total: int | None) -> None:
+        self.unit, self.total, self.done = unit, total, 0
+        self.t0 = time.monotonic()
+        self.first: tuple[float, int] | None = None  # (time, count) at the first advance
+
+    def advance(self, n: int) -> None:
+        if self.first is None:
+            self.first = (time.monotonic(), n)
+        self.done += n
+
+    def text(self) -> str:
+        now = time.monotonic()
+        if self.first is not None and self.done > self.first[1]:
+            return rate_text(self.done, max(now - self.first[0], 1e-9), self.unit, self.total,
+                             timed=self.done - self.first[1])
+        return rate_text(self.done, max(now - self.t0, 1e-9), self.unit, self.total)
 
 
 class LogProgress:
@@ -45,24 +70,20 @@ class LogProgress:
         self.logger = logger
         self.every = every
         self.description = ""
-        self.unit = ""
-        self.total: int | None = None
-        self.done = 0
-        self.t0 = self.last = time.monotonic()
+        self.rate = Rate("", None)
+        self.last = time.monotonic()
 
     def start(self, description: str, total: int | None, unit: str) -> None:
-        self.description, self.total, self.unit = description, total, unit
-        self.done = 0
-        self.t0 = self.last = time.monotonic()
+        self.description, self.rate = description, Rate(unit, total)
+        self.last = time.monotonic()
 
     def _log(self) -> None:
-        elapsed = max(time.monotonic() - self.t0, 1e-9)
-        of = f"/{self.total}" if self.total else ""
-        self.logger.info("%s: %d%s %s (%s)", self.description, self.done, of, self.unit,
-                         rate_text(self.done, elapsed, self.unit, self.total))
+        r = self.rate
+        of = f"/{r.total}" if r.total else ""
+        self.logger.info("%s: %d%s %s (%s)", self.description, r.done, of, r.unit, r.text())
 
     def advance(self, n: int = 1) -> None:
-        self.done += n
+        self.rate.advance(n)
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now

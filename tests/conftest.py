@@ -69,9 +69,12 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(directory)
 
 
+TinyUpstream = tuple[Path, PipelineConfig, dict[str, ArtifactRef]]
+"""The `tiny_upstream` root, the tiny preset and the refs of its blocks, spans and ICT artifacts."""
+
+
 @pytest.fixture(scope="session")
-def tiny_upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory
-                  ) -> tuple[Path, PipelineConfig, dict[str, ArtifactRef]]:
+def tiny_upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> TinyUpstream:
     """Documents, blocks, salient spans and the ICT warm start of the tiny preset, in a root that
     the tests copy before writing into it (pretraining's settings do not change these keys)."""
     from realm_core.blocks import run_chunk

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from realm_core.progress import rate_text
+from realm_core.progress import Rate
 
 console = Console(stderr=True)
 
@@ -17,7 +17,7 @@ class RichProgress:
     def __init__(self) -> None:
         self._bar: Any = None
         self._task: Any = None
-        self._unit = ""
+        self._rate = Rate("", None)
 
     def start(self, description: str, total: int | None, unit: str) -> None:
         from rich.progress import (
@@ -28,7 +28,7 @@ class RichProgress:
             TimeElapsedColumn,
         )
 
-        self._unit = unit
+        self._rate = Rate(unit, total)
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
                              console=console)
@@ -36,9 +36,8 @@ class RichProgress:
         self._task = self._bar.add_task(description, total=total, rate="")
 
     def advance(self, n: int = 1) -> None:
-        task = self._bar.tasks[0]
-        elapsed = task.elapsed or 1e-9
-        self._bar.update(self._task, advance=n, rate=rate_text(int(task.completed) + n, elapsed, self._unit))
+        self._rate.advance(n)
+        self._bar.update(self._task, advance=n, rate=self._rate.text())
 
     def finish(self) -> None:
         task = self._bar.tasks[0]

@@ -35,7 +35,8 @@ def _run(root: Path, name: str, block_length: int, correct: list[bool], phase_st
                                 "dev_curve": [[10, 0.25], [20, 0.3]]}}} if phase_steps else {}
     run = {"artifact": str(artifact), "budget": budget,
            "results": {"squad-open": {"systems": {SYSTEM: {"EM": em, "F1": em, "R@5": 0.5}}}},
-           "finetune": {"steps": phase_steps, "batch_size": 8, "train_query_encoder": False, "dev_questions": 40},
+           "finetune": {"steps": phase_steps, "batch_size": 8, "learning_rate": 5e-5, "train_query_encoder": False,
+                        "dev_questions": 40},
            "warm_starts": {"ict": {"steps": 60, "batch_size": 256, "train_seconds": 100.0}},
            "warm_start_configs": {"ict": {"block_length": block_length, "micro_batch": 64}}}
     path = root / f"{name}.json"
@@ -65,7 +66,7 @@ def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_
     rows = readme_tables.open_phase_table(result).splitlines()
     assert rows[0].startswith("| ICT: steps x contexts, training | open-domain phase | dev EM by step (40 dev questions)")
     assert rows[2] == "| 60 x 256 of 64 wordpieces, 100 s | none | - | 50.0 | 30.0 / 30.0 | - |"
-    assert rows[3].startswith("| 60 x 256 of 288 wordpieces, 100 s | 20 steps x 8, query encoder frozen: 80 examples, "
+    assert rows[3].startswith("| 60 x 256 of 288 wordpieces, 100 s | 20 steps x 8 at lr 5e-5, query encoder frozen: 80 examples, "
                               "0.5 epochs, 12 s | 10: 25.0, 20: 30.0 | 50.0 | 60.0 / 60.0 | **+30.0 [")
     assert rows[3].endswith("**, p 0.25 |")
 
@@ -88,3 +89,14 @@ def test_a_run_from_before_warm_start_configs_has_rows_without_a_block_length(tm
     result = json.loads((results / "t.json").read_text())
     assert result["paired"][SYSTEM]["delta"] == 0.0 and result["runs"]["a"]["warm_start_configs"] is None
     assert readme_tables.open_phase_table(result).splitlines()[2].startswith("| 60 x 256, 100 s | none |")
+
+
+def test_a_pairing_note_names_how_the_two_phases_differ() -> None:
+    def pair(a: dict, b: dict) -> dict:
+        return {"runs": {"a": {"finetune": a}, "b": {"finetune": b}}}
+
+    assert readme_tables._phases(pair({"steps": 600, "learning_rate": 5e-5}, {"steps": 300, "learning_rate": 5e-5})) \
+        == "with open-domain phases of 600 and 300 steps"
+    assert readme_tables._phases(pair({"steps": 600, "learning_rate": 1e-4}, {"steps": 600, "learning_rate": 5e-5})) \
+        == "with open-domain phases at lr 1e-4 and 5e-5"
+    assert readme_tables._phases(pair({"steps": 300}, {"steps": 300})) == "both with the open-domain phase"

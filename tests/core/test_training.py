@@ -103,3 +103,23 @@ def test_progress_rate_reads_for_fast_and_slow_units() -> None:
     assert rate_text(140, 70.0, "steps", 150) == "2.0 steps/s, about 5 s left"
     assert rate_text(0, 3.0, "steps", 150) == "3 s, none done yet"
     assert rate_text(150, 75.0, "steps", 150) == "2.0 steps/s"  # done: no time left to announce
+
+
+def test_a_resumed_loop_is_timed_from_its_first_new_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run resumed at step 275 of 600 advances by 275 at once; at 10 s a step, 325 steps are left,
+    about 54 min, not the 70 s that counting the restored steps as done in no time announced."""
+    from realm_core import progress
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    rate = progress.Rate("steps", 600)
+    rate.advance(275)  # restored from the checkpoint
+    for _ in range(5):
+        clock[0] += 10.0
+        rate.advance(1)
+    assert rate.done == 280
+    assert rate.text() == "one per 10.0 s, about 53 min left"
+    fresh = progress.Rate("steps", 600)  # from step 0, the first step is timed from the start
+    clock[0] += 10.0
+    fresh.advance(1)
+    assert fresh.text() == "one per 10.0 s, about 100 min left"

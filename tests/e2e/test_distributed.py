@@ -8,11 +8,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 from safetensors.torch import load_file
+
+from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,8 @@ def _model_dir(root: Path) -> Path:
     return model
 
 
-WEIGHTS = ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/projection.safetensors")
+WEIGHTS = ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/model.safetensors",
+           "doc_encoder/projection.safetensors")
 
 
 def _assert_same_weights(a: Path, b: Path) -> None:
@@ -46,7 +48,7 @@ def _assert_same_weights(a: Path, b: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def single_run(tiny_upstream: tuple[Path, Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def single_run(tiny_upstream: TinyUpstream, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted one-process run (its root also holds the upstream artifacts: the tiny
     preset's, which these settings share, so `realm pretrain` finds them in the cache)."""
     root = tmp_path_factory.mktemp("single") / "art"
@@ -126,15 +128,23 @@ def test_two_gloo_ranks_fine_tune_like_one_process(single_run: Path, tmp_path: P
     done = _finetune(one)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # the gold-passage reader and the query phase are trained by rank 0 alone before the ranks
-    # start, so the two-rank run takes them from the cache; what runs on two ranks is the
-    # open-domain phase
+    # start; what runs on two ranks is the open-domain phase
     two = tmp_path / "two"
     shutil.copytree(one, two, ignore=shutil.ignore_patterns("openqa_model", "checkpoints"))
     done = _finetune(two, "--nproc", "2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (a,) = [p for p in (one / "openqa_model").iterdir() if (p / "manifest.json").is_file()]
     (b,) = [p for p in (two / "openqa_model").iterdir() if (p / "manifest.json").is_file()]
-    assert json.loads((b / "manifest.json").read_text())["stats"]["world_size"] == 2
+    stats_a = json.loads((a / "manifest.json").read_text())["stats"]
+    stats_b = json.loads((b / "manifest.json").read_text())["stats"]
+    assert (stats_a["world_size"], stats_b["world_size"]) == (1, 2)
+    # the gold-passage phase came from the cache: the same stats, wall seconds included. The query
+    # phase's key holds the ICT doc encoder's path (EmbedConfig.doc_encoder in its config hash),
+    # so in the copied root rank 0 trains it again, to the same curve
+    assert stats_a["gold_passage"] is not None and stats_b["gold_passage"] == stats_a["gold_passage"]
+    moved = ("wall_seconds", "query_encoder")
+    assert {k: v for k, v in stats_b["query_phase"].items() if k not in moved} == \
+        {k: v for k, v in stats_a["query_phase"].items() if k not in moved}
     curve_a = pq.read_table(a / "finetune_curve").to_pylist()
     curve_b = pq.read_table(b / "finetune_curve").to_pylist()
     assert [r["questions"] for r in curve_a] == [r["questions"] for r in curve_b]

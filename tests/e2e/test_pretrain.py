@@ -11,17 +11,13 @@ from realm_core.config import PipelineConfig
 from realm_core.errors import ConfigError
 from realm_core.pretrain.stage import run_pretrain
 from realm_core.retrieval.versions import versions
+from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def upstream(tiny_upstream: tuple[Path, PipelineConfig, dict[str, ArtifactRef]]
-             ) -> tuple[Path, PipelineConfig, dict[str, ArtifactRef]]:
-    return tiny_upstream  # tests/e2e/conftest.py: each test copies it before writing
-
-
-def _copy(upstream: tuple[Path, PipelineConfig, dict[str, ArtifactRef]], dest: Path) -> tuple[ArtifactStore, dict[str, ArtifactRef]]:
+def _copy(upstream: TinyUpstream, dest: Path) -> tuple[ArtifactStore, dict[str, ArtifactRef]]:
+    """A copy of the shared upstream root (tests/conftest.py) that one test may write into."""
     root, _, refs = upstream
     shutil.copytree(root, dest)
     moved = {k: ArtifactRef(r.kind, r.path.replace(str(root), str(dest)), r.content_hash) for k, r in refs.items()}
@@ -34,11 +30,11 @@ def _pretrain(store: ArtifactStore, refs: dict[str, ArtifactRef], cfg: PipelineC
                         p, cfg.masking, cfg.embed, cfg.index, progress)
 
 
-def test_a_run_refreshes_its_index_and_scores_every_held_out_span(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """One uninterrupted run. A killed run's resume to the same parameters, held-out rows and
-    warm-up included, is tests/e2e/test_distributed.py's (killed on one process, resumed on two)."""
-    _, cfg, _ = upstream
-    a_store, a_refs = _copy(upstream, tmp_path / "a")
+def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:
+    """One uninterrupted run. A killed run's resume to the same losses, weights and held-out rows
+    is tests/e2e/test_distributed.py's (killed on one process, resumed on two)."""
+    _, cfg, _ = tiny_upstream
+    a_store, a_refs = _copy(tiny_upstream, tmp_path / "a")
     full = _pretrain(a_store, a_refs, cfg)
     metrics = a_store.open(full.ref).read_table("pretrain_metrics").to_pylist()
     assert [r["step"] for r in metrics] == [1, 2, 3, 4]
@@ -61,9 +57,9 @@ def test_a_run_refreshes_its_index_and_scores_every_held_out_span(upstream, tmp_
     assert full.report.startswith("### Reader masked-LM warm-up")  # its curve shows in the stage report
 
 
-def test_null_only_baseline_never_retrieves(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _, cfg, _ = upstream
-    store, refs = _copy(upstream, tmp_path / "c")
+def test_null_only_baseline_never_retrieves(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:
+    _, cfg, _ = tiny_upstream
+    store, refs = _copy(tiny_upstream, tmp_path / "c")
     result = _pretrain(store, refs, cfg, retrieval="null_only", steps=2)
     metrics = store.open(result.ref).read_table("pretrain_metrics").to_pylist()
     assert {r["p_null"] for r in metrics} == {1.0}
@@ -71,9 +67,9 @@ def test_null_only_baseline_never_retrieves(upstream, tmp_path: Path) -> None:  
     assert not (tmp_path / "c" / "runs").exists() or not list((tmp_path / "c" / "runs").glob("*/index/v*"))
 
 
-def test_a_warm_start_with_another_vocabulary_is_refused_before_training(upstream, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _, cfg, _ = upstream
-    store, refs = _copy(upstream, tmp_path / "d")
+def test_a_warm_start_with_another_vocabulary_is_refused_before_training(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:
+    _, cfg, _ = tiny_upstream
+    store, refs = _copy(tiny_upstream, tmp_path / "d")
     vocab = Path(refs["ict"].path) / "query_encoder" / "vocab.txt"
     vocab.write_text(vocab.read_text() + "zzzextraword\n")
     (Path(refs["ict"].path) / "query_encoder" / "tokenizer.json").unlink(missing_ok=True)

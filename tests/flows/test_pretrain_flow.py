@@ -11,12 +11,12 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlo
 
 from flows.stages import pretrain_realm
 from realm_core.artifacts import ArtifactStore
+from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow
 
 
-def test_pretraining_flow_runs_each_refresh_as_a_subflow(tiny_upstream: tuple[Path, object, object],
-                                                         tmp_path: Path) -> None:
+def test_pretraining_flow_runs_each_refresh_as_a_subflow(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:
     root = str(tmp_path / "art")
     shutil.copytree(tiny_upstream[0], root)  # ingest to ICT: cache hits for the flow's upstream stages
     # a deployment run with one field typed into the UI's form: the tiny preset plus that change
