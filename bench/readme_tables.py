@@ -296,7 +296,8 @@ def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
         phase = "none"
     else:
         query = "trained" if ft["train_query_encoder"] else "frozen"
-        phase = (f"{ft['steps']} steps x {ft['batch_size']}, query encoder {query}: {o['examples_seen']:,} "
+        rate = f" at lr {_lr(ft['learning_rate'])}" if ft.get("learning_rate") else ""  # older runs: unknown
+        phase = (f"{ft['steps']} steps x {ft['batch_size']}{rate}, query encoder {query}: {o['examples_seen']:,} "
                  f"examples, {o['epochs']} epochs, {o['wall_seconds']:,.0f} s")
     curve = ", ".join(f"{step:.0f}: {100 * em:.1f}" for step, em in o.get("dev_curve", [])) or "-"
     gain = "-" if paired is None else f"**{_interval(paired['delta'], paired['ci95'])}**, p {paired['mcnemar_p']:.2g}"
@@ -304,34 +305,49 @@ def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
             f"{gain} |")
 
 
-OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_open_test", "ICT's 4x contexts"),
-                      ("openqa_ict288_open_test", "openqa_ict288_vs_ict_open_test",
-                       "ICT on 288-wordpiece blocks"),
-                      ("openqa_ict288_600_open_test", "openqa_ict288_600_vs_ict_open_test",
-                       "ICT on 288-wordpiece blocks with a 600-step phase"))
+OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_open_test", "ICT's 4x contexts",
+                        "the demo's ICT"),
+                       ("openqa_ict288_open_test", "openqa_ict288_vs_ict_open_test",
+                        "ICT on 288-wordpiece blocks", "the demo's ICT"),
+                       ("openqa_ict288_600_open_test", "openqa_ict288_600_vs_ict_open_test",
+                        "ICT on 288-wordpiece blocks with a 600-step phase", "the demo's ICT"),
+                       ("openqa_ict288_600_lr1e-4_open_test", "openqa_ict288_600_lr1e-4_vs_5e-5_open_test",
+                        "ICT on 288-wordpiece blocks with a 600-step phase", "the same ICT"))
+"""(result, pairing, label, what the pairing's second side is): the rows below the first two."""
+
+
+def _lr(value: float) -> str:
+    return f"{value:.0e}".replace("e-0", "e-")
+
+
+def _phases(pair: dict) -> str:
+    """How the two sides' open-domain phases differ: length, rate, or neither."""
+    a, b = ((pair["runs"][side].get("finetune") or {}) for side in ("a", "b"))
+    if a.get("steps") != b.get("steps"):
+        return f"with open-domain phases of {a['steps']:,} and {b['steps']:,} steps"
+    if a.get("learning_rate") != b.get("learning_rate"):
+        return f"with open-domain phases at lr {_lr(a['learning_rate'])} and {_lr(b['learning_rate'])}"
+    return "both with the open-domain phase"
 
 
 def open_phase_table(result: dict) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
-    288-wordpiece blocks, those with a phase twice as long), each paired with the first row on
-    the same test questions, and against the demo's ICT with the phase below the table, naming
-    each side's phase length where they differ (bench/results/openqa_ict_open_test.json and its
-    siblings, where present)."""
+    288-wordpiece blocks, those with a phase twice as long, that phase at twice the rate), each
+    paired with the first row on the same test questions, and below the table with the run it
+    varies, naming how the two sides' phases differ (bench/results/openqa_ict_open_test.json
+    and its siblings, where present)."""
     system = "ICT (ORQA-like)"
     rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]
     notes = []
-    for name, against, label in OPEN_PHASE_VARIANTS:
+    for name, against, label, other in OPEN_PHASE_VARIANTS:
         if (RESULTS / f"{name}.json").is_file():
             w = json.loads((RESULTS / f"{name}.json").read_text())
             rows.append((w["runs"]["a"], w["paired"][system]))
         if (RESULTS / f"{against}.json").is_file():
             pair = json.loads((RESULTS / f"{against}.json").read_text())
             p = pair["paired"][system]
-            steps = [(pair["runs"][side].get("finetune") or {}).get("steps") for side in ("a", "b")]
-            phases = ("both with the open-domain phase" if steps[0] == steps[1] else
-                      f"with open-domain phases of {steps[0]:,} and {steps[1]:,} steps")
-            notes.append(f"{label} against the demo's ICT, {phases}: "
+            notes.append(f"{label} against {other}, {_phases(pair)}: "
                          f"{_interval(p['delta'], p['ci95'])}, McNemar p {p['mcnemar_p']:.2g}, on "
                          f"{p['questions']:,} test questions.")
     dev = (result["runs"]["a"].get("finetune") or {}).get("dev_questions")
