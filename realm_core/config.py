@@ -114,6 +114,8 @@ class EmbedConfig(StageConfig):
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device",
                                                             "tokenizer_parallel"})
+    # The stages hash the encoder's weights (`encoder_hash`); its path is often an artifact's.
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"doc_encoder"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
     encoder_from: Literal["warm_start", "latest", "config"] = Field(

@@ -27,19 +27,23 @@ class StageConfig(BaseModel):
     # Fields that change how fast a stage runs but never what it produces; left out of the hash
     # so that rerunning with more workers is still a cache hit.
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    # Fields that say where an input is, not what it is: left out of the hash because every stage
+    # that reads one puts the input's content hash among its cache inputs, so that a store that
+    # is copied or moved (a path inside it changes) still hits its cache.
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset()
 
-    def execution_exclude(self) -> dict[str, object]:
-        """The execution fields of this config and of the stage configs nested in it, as
-        pydantic's `exclude` mapping (a nested warm-up's checkpoint interval is one)."""
-        out: dict[str, object] = dict.fromkeys(self.EXECUTION_FIELDS, True)
+    def hash_exclude(self) -> dict[str, object]:
+        """The execution and location fields of this config and of the stage configs nested in
+        it, as pydantic's `exclude` mapping (a nested warm-up's checkpoint interval is one)."""
+        out: dict[str, object] = dict.fromkeys(self.EXECUTION_FIELDS | self.LOCATION_FIELDS, True)
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if name not in out and isinstance(value, StageConfig) and (nested := value.execution_exclude()):
+            if name not in out and isinstance(value, StageConfig) and (nested := value.hash_exclude()):
                 out[name] = nested
         return out
 
     def config_hash(self) -> str:
         """sha256 of the canonical JSON of this config (field order independent)."""
-        data = self.model_dump(mode="json", exclude=self.execution_exclude())  # type: ignore[arg-type]
+        data = self.model_dump(mode="json", exclude=self.hash_exclude())  # type: ignore[arg-type]
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

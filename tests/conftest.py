@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -89,3 +92,30 @@ def tiny_upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -
     spans = run_mine_spans(store, blocks.ref, cfg.spans)
     ict = run_warm_start_ict(store, blocks.ref, spans.ref, cfg.ict)
     return root, cfg, {"blocks": blocks.ref, "spans": spans.ref, "ict": ict.ref}
+
+
+# 4 steps of 4 examples, 2 micro-batches a step (so DDP's no_sync path runs), sync refresh every
+# 2 steps (rank 0 rebuilds the index, both ranks switch to it), no dropout
+PRETRAIN_SETTINGS = ["pretrain.batch_size=4", "pretrain.grad_accumulation=2", "pretrain.steps=4",
+                     "pretrain.refresh_every=2", "pretrain.sync_refresh=true", "pretrain.dropout=0.0"]
+
+
+def realm_pretrain(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`realm pretrain --preset tiny` with PRETRAIN_SETTINGS into `root`, one thread a process
+    (as each of torchrun's ranks), so that runs on one and on two processes can be compared."""
+    sets = [a for s in PRETRAIN_SETTINGS for a in ("--set", s)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "flows.cli", "pretrain", "--preset", "tiny", "--root",
+                           str(root), *sets, *extra], capture_output=True, text=True, env=env, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tiny_upstream: TinyUpstream, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted single-process REALM pretraining run (PRETRAIN_SETTINGS) in a copy of
+    the tiny upstream, computed once a session: the run that test_pretrain reads and that the
+    distributed tests resume and fine-tune against. Tests copy it before writing into it."""
+    root = tmp_path_factory.mktemp("tiny-pretrained") / "art"
+    shutil.copytree(tiny_upstream[0], root)
+    run = realm_pretrain(root)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return root

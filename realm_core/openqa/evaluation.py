@@ -161,7 +161,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
               "finetune": finetune_config.config_hash(), "code": code_version((__name__,), ("bm25s",)),
               "gold_reader": gold.ref.content_hash if gold is not None else "none"}
     for i, (system, model) in enumerate(entries):
-        inputs[f"system{i}"] = str(system.spec()) + (f"@{model.content_hash}" if model else "")
+        inputs[f"system{i}"] = str(system.hashes()) + (f"@{model.content_hash}" if model else "")
     cache = CachedStage(store, EVAL_KIND, config, inputs)
     if cache.hit:
         return cache.hit

@@ -86,9 +86,13 @@ class QASystem:
                 "doc_embed": self.doc_embed.model_dump(mode="json") if self.doc_embed else None}
 
     def hashes(self) -> dict[str, str]:
+        """What a cache key holds of this system: its settings and its encoders' content, never
+        their paths (which are often artifacts' and change when the store is copied)."""
         from realm_core.retrieval.stage import encoder_hash
 
-        out = {"system": str(self.spec()), "reader": encoder_hash(self.reader)}
+        settings = {"key": self.key, "name": self.name, "retrieval": self.retrieval,
+                    "doc_embed": self.doc_embed.config_hash() if self.doc_embed else None}
+        out = {"system": str(settings), "reader": encoder_hash(self.reader)}
         if self.query_encoder is not None and self.doc_embed is not None:
             out |= {"query_encoder": encoder_hash(self.query_encoder),
                     "doc_encoder": encoder_hash(self.doc_embed.doc_encoder)}
@@ -294,7 +298,7 @@ def run_query_phase(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref
     section = {k: v for k, v in config.model_dump(mode="json").items() if k in QUERY_FIELDS}
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               "query_encoder": encoder_hash(system.query_encoder), "doc_encoder": encoder_hash(system.doc_embed.doc_encoder),
-              "doc_embed": system.doc_embed.config_hash(),
+              "doc_embed": system.doc_embed.config_hash(),  # its settings; the encoder's path is not in it
               "code": code_version((__name__,), ("torch", "transformers", "faiss-cpu"))}
     cache = CachedStage(store, QUERY_KIND, section, inputs)
     if cache.hit:

@@ -148,7 +148,8 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash, "code": code_version((__name__,), ("bm25s",))}
     for i, s in enumerate(systems):
-        inputs[f"system{i}"] = str(s.spec())
+        inputs[f"system{i}"] = str({"name": s.name, "kind": s.kind,  # settings and content, no path
+                                     "doc_embed": s.doc_embed.config_hash() if s.doc_embed else None})
         if s.kind == "dense":
             assert s.query_encoder is not None and s.doc_embed is not None
             inputs[f"system{i}_encoders"] = (encoder_hash(s.query_encoder) + ":"

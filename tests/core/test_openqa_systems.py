@@ -1,6 +1,8 @@
 """The open-QA systems of REALM Table 1 and the 2x2 that separates what REALM pretraining does
 for the retriever from what it does for the reader: built from refs alone, no model loaded."""
 
+from pathlib import Path
+
 from realm_core.artifacts import ArtifactRef
 from realm_core.config import load_config
 from realm_core.graph import closure, null_only, qa_keys, stage
@@ -53,3 +55,25 @@ def test_the_null_only_reader_row_resolves_the_null_only_run_of_the_same_config(
     # it does not depend on REALM pretraining retrieving
     assert qa_keys(load_config("tiny", overrides=["openqa_eval.systems=[ict_null_reader]",
                                                   "pretrain.retrieval=null_only"])) == ["ict_null_reader"]
+
+
+def test_a_systems_cache_key_holds_its_encoders_content_not_their_paths(tmp_path: Path) -> None:
+    """A copied store (every artifact path changes) hits the caches of the stages a system keys:
+    the embeddings, its query phase, its fine-tuning and the evaluation."""
+    cfg = load_config("tiny")
+    for name in ("a", "b"):
+        for part in ("retriever/ict/query_encoder", "retriever/ict/doc_encoder"):
+            encoder = tmp_path / name / part
+            encoder.mkdir(parents=True)
+            (encoder / "config.json").write_text('{"hidden_size": 8}')
+            (encoder / "model.safetensors").write_bytes(part.encode())
+    a, b = (qa_systems(ArtifactRef("retriever", str(tmp_path / n / "retriever/ict"), "h1"), None, cfg.embed,
+                       str(tmp_path / n / "retriever/ict/query_encoder"))[-1] for n in ("a", "b"))
+    assert a.doc_embed is not None and b.doc_embed is not None and a.doc_embed.doc_encoder != b.doc_embed.doc_encoder
+    assert a.doc_embed.config_hash() == b.doc_embed.config_hash()
+    assert a.hashes() == b.hashes()
+    # what the encoders hold and how the blocks are embedded are in the key
+    (tmp_path / "b/retriever/ict/doc_encoder/model.safetensors").write_bytes(b"other weights")
+    assert a.hashes()["doc_encoder"] != b.hashes()["doc_encoder"]
+    longer = a.doc_embed.model_copy(update={"max_length": a.doc_embed.max_length + 1})
+    assert longer.config_hash() != a.doc_embed.config_hash()

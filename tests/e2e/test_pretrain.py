@@ -30,31 +30,35 @@ def _pretrain(store: ArtifactStore, refs: dict[str, ArtifactRef], cfg: PipelineC
                         p, cfg.masking, cfg.embed, cfg.index, progress)
 
 
-def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:
-    """One uninterrupted run. A killed run's resume to the same losses, weights and held-out rows
-    is tests/e2e/test_distributed.py's (killed on one process, resumed on two)."""
-    _, cfg, _ = tiny_upstream
-    a_store, a_refs = _copy(tiny_upstream, tmp_path / "a")
-    full = _pretrain(a_store, a_refs, cfg)
-    metrics = a_store.open(full.ref).read_table("pretrain_metrics").to_pylist()
+def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_pretrained: Path) -> None:
+    """The session's uninterrupted run (`realm pretrain`, tests/conftest.py). A killed run's
+    resume to the same losses, weights and held-out rows is tests/e2e/test_distributed.py's
+    (killed on one process, resumed on two)."""
+    store = ArtifactStore(tiny_pretrained)
+    (model,) = [p for p in (tiny_pretrained / "realm_model").iterdir() if (p / "manifest.json").is_file()]
+    run = store.open(str(model), kind="realm_model")
+    stats = run.manifest["stats"]
+    metrics = run.read_table("pretrain_metrics").to_pylist()
     assert [r["step"] for r in metrics] == [1, 2, 3, 4]
     # tiny: ICT ends at retriever step 4, pretraining refreshes at its step 2 -> index v6 (sync)
     assert [r["index_step"] for r in metrics] == [4, 4, 6, 6]
-    run_dir = next((tmp_path / "a" / "runs").iterdir())
+    run_dir = next((tiny_pretrained / "runs").iterdir())
     assert versions(ArtifactStore(run_dir)) == [4, 6]
-    assert full.stats["heldout_examples"] > 0 and full.stats["refreshes_skipped"] == 0
+    assert stats["heldout_examples"] > 0 and stats["refreshes_skipped"] == 0
     # the held-out test per example, as the last eval scored it; its accuracy is the eval
     # curve's last point
-    rows = a_store.open(full.ref).read_table("pretrain_heldout").to_pylist()
-    assert 0 < len(rows) == full.stats["heldout_examples"] <= cfg.pretrain.eval_examples
+    rows = run.read_table("pretrain_heldout").to_pylist()
+    assert 0 < len(rows) == stats["heldout_examples"] <= run.manifest["config"]["eval_examples"]
     assert [r["example"] for r in rows] == list(range(len(rows)))
     accuracy = sum(r["correct"] for r in rows) / len(rows)
-    assert accuracy == pytest.approx(a_store.open(full.ref).read_table("pretrain_eval").to_pylist()[-1]["span_accuracy"])
-    assert full.stats["recoverable_examples"] == sum(r["recoverable"] for r in rows)
-    # the reader's masked-LM warm-up ran first, never on held-out articles' blocks
-    warm = full.stats["reader_mlm"]
-    assert warm["steps"] == 2 and warm["heldout_blocks"] > 0 and not warm["cached"]
-    assert full.report.startswith("### Reader masked-LM warm-up")  # its curve shows in the stage report
+    assert accuracy == pytest.approx(run.read_table("pretrain_eval").to_pylist()[-1]["span_accuracy"])
+    assert stats["recoverable_examples"] == sum(r["recoverable"] for r in rows)
+    # the reader's masked-LM warm-up ran first (`realm pretrain` resolves it as a stage of its
+    # own, so pretraining finds it in the cache), never on held-out articles' blocks
+    warm = stats["reader_mlm"]
+    assert warm["steps"] == 2 and warm["heldout_blocks"] > 0
+    assert Path(warm["artifact"]).parent == tiny_pretrained / "reader_mlm"
+    assert run.manifest["report"].startswith("### Reader masked-LM warm-up")  # its curve shows in the stage report
 
 
 def test_null_only_baseline_never_retrieves(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:

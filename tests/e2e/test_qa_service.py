@@ -15,6 +15,7 @@ from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
 from realm_core.graph import Resolver
 from realm_core.query import QueryEngine
+from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -22,8 +23,11 @@ UNTRAINED = ["embed.encoder_from=config"]  # the first index: the bundled encode
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> str:
+def root(tmp_path_factory: pytest.TempPathFactory, tiny_upstream: TinyUpstream) -> str:
+    """BM25's fine-tuned system and a first index with the untrained encoder (step 0), in a copy
+    of the session's tiny upstream (its ICT a cache hit when the index moves to it)."""
     root = str(tmp_path_factory.mktemp("qa") / "art")
+    shutil.copytree(tiny_upstream[0], root)
     stages = Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(root))
     stages.run("finetune_bm25")
     stages.run("index")
@@ -148,7 +152,7 @@ def test_a_new_index_version_is_swapped_in_while_requests_stream(client: TestCli
     worker = threading.Thread(target=stream)
     worker.start()
     try:
-        Resolver(load_config("tiny"), ArtifactStore(root)).run("index")  # trains ICT (4 steps), builds v4
+        Resolver(load_config("tiny"), ArtifactStore(root)).run("index")  # embeds with ICT (4 steps), builds v4
     finally:
         done.set()
         worker.join(timeout=120)

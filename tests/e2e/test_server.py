@@ -1,8 +1,10 @@
-"""The user's path with a real self-hosted Prefect server: `make serve`, run realm/full-pipeline,
-rerun one stage from its deployment (a cache hit), `make stop`. Loopback only."""
+"""The user's path with a real self-hosted Prefect server: `make serve`, run realm/full-pipeline
+(from the session's tiny upstream: ingest to ICT are cache hits), rerun one stage from its
+deployment (a cache hit), `make stop`. Loopback only."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -10,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +27,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[dict[str, str]]:
+def server(tmp_path_factory: pytest.TempPathFactory, shared_data: Path,
+           tiny_upstream: TinyUpstream) -> Iterator[dict[str, str]]:
     work = tmp_path_factory.mktemp("serve-work")
+    # ingest to ICT are the session's (the same keys): the deployment finds them in its cache
+    # and computes the rest; the stage flows compute them in tests/flows
+    shutil.copytree(tiny_upstream[0], work / "artifacts")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(REALM_WORK_DIR=str(work), REALM_DATA_DIR=str(shared_data),
