@@ -94,6 +94,14 @@ def tiny_upstream(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -
     return root, cfg, {"blocks": blocks.ref, "spans": spans.ref, "ict": ict.ref}
 
 
+def one_artifact(root: Path, kind: str) -> Path:
+    """The one published artifact of `kind` under the store `root` (a manifest in its directory);
+    fails if there is none or more than one."""
+    found = [p for p in (root / kind).iterdir() if (p / "manifest.json").is_file()]
+    assert len(found) == 1, f"{root / kind}: expected one published {kind}, found {len(found)}"
+    return found[0]
+
+
 # 4 steps of 4 examples, 2 micro-batches a step (so DDP's no_sync path runs), sync refresh every
 # 2 steps (rank 0 rebuilds the index, both ranks switch to it), no dropout
 PRETRAIN_SETTINGS = ["pretrain.batch_size=4", "pretrain.grad_accumulation=2", "pretrain.steps=4",

@@ -43,9 +43,11 @@ class RetrieverSystem:
     doc_embed: EmbedConfig | None = None
     note: str = ""
 
-    def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "query_encoder": self.query_encoder,
-                "doc_embed": self.doc_embed.model_dump(mode="json") if self.doc_embed else None}
+    def key(self) -> dict[str, Any]:
+        """What the evaluation's cache key holds of this system: its settings, no path (a dense
+        system's encoders enter the key by their content hashes, beside this)."""
+        return {"name": self.name, "kind": self.kind,
+                "doc_embed": self.doc_embed.config_hash() if self.doc_embed else None}
 
 
 @dataclass
@@ -148,8 +150,7 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash, "code": code_version((__name__,), ("bm25s",))}
     for i, s in enumerate(systems):
-        inputs[f"system{i}"] = str({"name": s.name, "kind": s.kind,  # settings and content, no path
-                                     "doc_embed": s.doc_embed.config_hash() if s.doc_embed else None})
+        inputs[f"system{i}"] = str(s.key())
         if s.kind == "dense":
             assert s.query_encoder is not None and s.doc_embed is not None
             inputs[f"system{i}_encoders"] = (encoder_hash(s.query_encoder) + ":"

@@ -1,12 +1,15 @@
+import hashlib
 import json
+import os
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from realm_core.artifacts import ArtifactStore
+from realm_core.artifacts import RACY_S, ArtifactStore, sha256_file
 from realm_core.cache import CachedStage, artifact_key
 from realm_core.errors import ArtifactError
 
@@ -280,3 +283,27 @@ def test_cached_stage_refuses_an_artifact_without_stats(store: ArtifactStore) ->
         with cache.write() as out:
             out.table("documents").write([_doc(0)])
     assert cache.hit is None and list((Path(store.root) / ".tmp").iterdir()) == []
+
+
+def test_a_settled_files_digest_is_remembered_and_a_fresh_ones_is_not(tmp_path: Path) -> None:
+    """sha256_file remembers a local file's digest by its identity and stat, but only once the file
+    has settled (modified more than RACY_S ago): a file rewritten within the clock's granularity
+    keeps its mtime, and must be read again."""
+    settled, fresh = tmp_path / "settled.bin", tmp_path / "fresh.bin"
+    for path in (settled, fresh):
+        path.write_bytes(b"a" * 1000)
+    old = time.time_ns() - int((RACY_S + 10) * 1e9)
+    os.utime(settled, ns=(old, old))
+    assert sha256_file(settled) == sha256_file(fresh) == hashlib.sha256(b"a" * 1000).hexdigest()
+
+    # the same bytes count, the same mtime: only the settled file's digest is taken from memory
+    for path in (settled, fresh):
+        stat = path.stat()
+        path.write_bytes(b"b" * 1000)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert sha256_file(settled) == hashlib.sha256(b"a" * 1000).hexdigest()
+    assert sha256_file(fresh) == hashlib.sha256(b"b" * 1000).hexdigest()
+
+    # any change the stat sees is read again
+    settled.write_bytes(b"c" * 1000)
+    assert sha256_file(settled) == hashlib.sha256(b"c" * 1000).hexdigest()

@@ -90,3 +90,19 @@ def test_tiny_evaluation_measures_every_system_in_one_run(shared_data: Path, tmp
     with pytest.raises(ConfigError, match="SQuAD-open needs the SQuAD articles"):
         run_evaluate_retrieval(store, blocks.ref, systems[:1],
                                cfg.retrieval_eval.model_copy(update={"squad_source": "nope"}))
+
+
+def test_a_retriever_systems_key_holds_settings_not_paths() -> None:
+    """The evaluation's cache key: a dense system's encoders enter it by content (beside this key),
+    so the same settings with encoders elsewhere key alike, and a changed setting does not."""
+    from realm_core.config import EmbedConfig
+    from realm_core.retrieval.evaluation import RetrieverSystem
+
+    here = RetrieverSystem("ICT", "dense", "/a/query_encoder", EmbedConfig(doc_encoder="/a/doc_encoder"))
+    moved = RetrieverSystem("ICT", "dense", "/b/query_encoder", EmbedConfig(doc_encoder="/b/doc_encoder"))
+    assert here.key() == moved.key()
+    assert "/a" not in str(here.key())
+    shorter = RetrieverSystem("ICT", "dense", "/a/query_encoder",
+                              EmbedConfig(doc_encoder="/a/doc_encoder", max_length=128))
+    assert shorter.key() != here.key()
+    assert RetrieverSystem("BM25", "bm25").key() == {"name": "BM25", "kind": "bm25", "doc_embed": None}

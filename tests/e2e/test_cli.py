@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from tests.conftest import TinyUpstream
+from tests.conftest import TinyUpstream, one_artifact
 
 pytestmark = pytest.mark.slow
 REALM = [sys.executable, "-m", "flows.cli"]
@@ -32,7 +32,7 @@ def test_ingest_chunk_inspect_on_tiny(shared_data: Path, tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     # stderr is a pipe here, not a terminal: progress comes as timestamped lines, not a bar
     assert re.search(r"^\d\d:\d\d:\d\d .+: \d+.* \(.+\)$", r.stderr, re.M), r.stderr
-    blocks_dir = next((tmp_path / "art" / "blocks").iterdir())
+    blocks_dir = one_artifact(tmp_path / "art", "blocks")
     r = realm("inspect", str(blocks_dir), "--rows", "2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert '"kind": "blocks"' in r.stdout and "blocks: 612 rows" in r.stdout
@@ -133,7 +133,7 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(tiny_upstream: Tiny
     assert [gold["best_step"], gold["best_dev_em"]] in gold["dev_curve"]
     assert result["warm_starts"] == result["warm_start_configs"] == {}  # no dense retriever here
     assert result["peak_rss_gb"]["process"] > 0.1
-    predictions = next((tmp_path / "art" / "openqa_eval").iterdir()) / "openqa_predictions"
+    predictions = one_artifact(tmp_path / "art", "openqa_eval") / "openqa_predictions"
     assert any(predictions.glob("*.parquet"))
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
     assert r.returncode == 0 and "(cached)" in r.stdout, r.stdout
@@ -150,16 +150,16 @@ def _query_phase_shared_by_the_systems_of_one_retriever(root: str, tmp_path: Pat
               "--set", "pretrain.steps=2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     art = tmp_path / "art"
-    assert len(list((art / "realm_model").iterdir())) == 1
-    phases = list((art / "qa_query_encoder").iterdir())
-    assert len(phases) == 1 and (phases[0] / "query_encoder").is_dir()
-    stats = json.loads((phases[0] / "manifest.json").read_text())["stats"]
+    realm_model = one_artifact(art, "realm_model")
+    phase = one_artifact(art, "qa_query_encoder")
+    assert (phase / "query_encoder").is_dir()
+    stats = json.loads((phase / "manifest.json").read_text())["stats"]
     assert stats["steps_run"] == 3 and stats["dev_recall_before"] is not None
     models = [json.loads((d / "manifest.json").read_text()) for d in (art / "openqa_model").iterdir()]
     assert sorted(m["system"]["key"] for m in models) == ["ict", "ict_null_reader"]
     assert all(m["stats"]["query_phase"] == stats for m in models)
     null_reader = next(m for m in models if m["system"]["key"] == "ict_null_reader")["system"]["reader"]
-    assert null_reader.startswith(str(next((art / "realm_model").iterdir())))
+    assert null_reader.startswith(str(realm_model))
 
 
 def _search_and_ask(root: str, tmp_path: Path) -> None:

@@ -13,14 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import PRETRAIN_SETTINGS, realm_pretrain
+from tests.conftest import PRETRAIN_SETTINGS, one_artifact, realm_pretrain
 
 pytestmark = pytest.mark.slow
-
-
-def _model_dir(root: Path) -> Path:
-    (model,) = [p for p in (root / "realm_model").iterdir() if (p / "manifest.json").is_file()]
-    return model
 
 
 WEIGHTS = ("reader/model.safetensors", "query_encoder/model.safetensors", "doc_encoder/model.safetensors",
@@ -72,7 +67,7 @@ def test_a_killed_single_process_run_resumes_on_two_ranks_along_its_loss_curve(t
     resumed = realm_pretrain(root, "--nproc", "2")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
 
-    a, b = _model_dir(tiny_pretrained), _model_dir(root)
+    a, b = one_artifact(tiny_pretrained, "realm_model"), one_artifact(root, "realm_model")
     stats_a = json.loads((a / "manifest.json").read_text())["stats"]
     stats_b = json.loads((b / "manifest.json").read_text())["stats"]
     assert (stats_a["world_size"], stats_b["world_size"]) == (1, 2)
@@ -115,8 +110,7 @@ def test_two_gloo_ranks_fine_tune_like_one_process(tiny_pretrained: Path, tmp_pa
     shutil.copytree(one, two, ignore=shutil.ignore_patterns("openqa_model", "checkpoints"))
     done = _finetune(two, "--nproc", "2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (a,) = [p for p in (one / "openqa_model").iterdir() if (p / "manifest.json").is_file()]
-    (b,) = [p for p in (two / "openqa_model").iterdir() if (p / "manifest.json").is_file()]
+    a, b = one_artifact(one, "openqa_model"), one_artifact(two, "openqa_model")
     stats_a = json.loads((a / "manifest.json").read_text())["stats"]
     stats_b = json.loads((b / "manifest.json").read_text())["stats"]
     assert (stats_a["world_size"], stats_b["world_size"]) == (1, 2)

@@ -11,7 +11,7 @@ from realm_core.config import PipelineConfig
 from realm_core.errors import ConfigError
 from realm_core.pretrain.stage import run_pretrain
 from realm_core.retrieval.versions import versions
-from tests.conftest import TinyUpstream
+from tests.conftest import TinyUpstream, one_artifact
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_pretraine
     resume to the same losses, weights and held-out rows is tests/e2e/test_distributed.py's
     (killed on one process, resumed on two)."""
     store = ArtifactStore(tiny_pretrained)
-    (model,) = [p for p in (tiny_pretrained / "realm_model").iterdir() if (p / "manifest.json").is_file()]
+    model = one_artifact(tiny_pretrained, "realm_model")
     run = store.open(str(model), kind="realm_model")
     stats = run.manifest["stats"]
     metrics = run.read_table("pretrain_metrics").to_pylist()
