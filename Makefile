@@ -149,6 +149,7 @@ openqa-open-phase: $(STAMP)
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict_open.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ict_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ictb1024_open.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ictb1024_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ictb1024_open.json $(REALM_WORK_DIR)/open_phase/ict_open.json --name openqa_ictb1024_vs_ict_open_test
+	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ictb1024_open.json $(REALM_WORK_DIR)/open_phase/ict288_open.json --name openqa_ictb1024_vs_ict288_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288_open.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ict288_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288_open.json $(REALM_WORK_DIR)/open_phase/ict_open.json --name openqa_ict288_vs_ict_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288_open600.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ict288_600_open_test
