@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,9 +39,10 @@ from realm_core.schemas import SCHEMAS, TableSchema
 MANIFEST = "manifest.json"
 
 
-# A local file's digest, remembered for this process by its identity and stat: evaluation keys each
-# system by its encoders' content, so the same 90 MB weights are asked for many times a run.
-_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
+# A local file's digest, remembered for this process by its identity and stat (device, inode, size,
+# mtime): evaluation keys each system by its encoders' content, so the same weights are asked for
+# many times a run.
+_DIGESTS: dict[tuple[int, int, int, int], str] = {}
 RACY_S = 2.0  # a file modified this recently is hashed every time: its mtime may not move yet
 
 
@@ -48,7 +50,7 @@ def sha256_file(path: str | Path, fs: Any = None, chunk: int = 1 << 20) -> str:
     stamp = None
     if fs is None:
         st = os.stat(path)
-        stamp = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if (known := _DIGESTS.get(stamp)) is not None:
             return known
     h = hashlib.sha256()
@@ -59,7 +61,7 @@ def sha256_file(path: str | Path, fs: Any = None, chunk: int = 1 << 20) -> str:
     digest = h.hexdigest()
     # like git's racily clean entries: a file written within the clock's granularity of this read
     # could change again without its mtime changing, so only settled files are remembered
-    if stamp is not None and stamp[-1] < (dt.datetime.now().timestamp() - RACY_S) * 1e9:
+    if stamp is not None and stamp[-1] < time.time_ns() - RACY_S * 1e9:
         _DIGESTS[stamp] = digest
     return digest
 

@@ -7,11 +7,12 @@ import pytest
 from realm_core.answers import token_string
 from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
-from realm_core.config import load_config
+from realm_core.config import EmbedConfig, load_config
 from realm_core.errors import ConfigError, InputError
 from realm_core.ingest.stage import run_ingest
 from realm_core.questions import dpr_questions, squad_questions
 from realm_core.retrieval.evaluation import (
+    RetrieverSystem,
     first_hits,
     rank_bm25,
     rank_dense,
@@ -95,9 +96,6 @@ def test_tiny_evaluation_measures_every_system_in_one_run(shared_data: Path, tmp
 def test_a_retriever_systems_key_holds_settings_not_paths() -> None:
     """The evaluation's cache key: a dense system's encoders enter it by content (beside this key),
     so the same settings with encoders elsewhere key alike, and a changed setting does not."""
-    from realm_core.config import EmbedConfig
-    from realm_core.retrieval.evaluation import RetrieverSystem
-
     here = RetrieverSystem("ICT", "dense", "/a/query_encoder", EmbedConfig(doc_encoder="/a/doc_encoder"))
     moved = RetrieverSystem("ICT", "dense", "/b/query_encoder", EmbedConfig(doc_encoder="/b/doc_encoder"))
     assert here.key() == moved.key()
