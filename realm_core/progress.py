@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Protocol
 
 
@@ -24,14 +25,16 @@ class NoProgress:
         pass
 
 
-def rate_text(done: int, elapsed: float, unit: str, total: int | None = None, timed: int | None = None) -> str:
+def rate_text(done: int, elapsed: float, unit: str, total: int | None = None) -> str:
     """"12.3 blocks/s", or "one per 28.6 s" for slow units such as training steps, and the time
-    left when the total is known. `timed`: how many of the `done` units `elapsed` covers (all of
-    them unless some came from a checkpoint)."""
-    timed = done if timed is None else timed
-    if timed == 0:
+    left when the total is known, at the average rate of `done` units in `elapsed` seconds."""
+    if done == 0:
         return f"{elapsed:.0f} s, none done yet"
-    rate = timed / elapsed
+    return pace_text(done, done / elapsed, unit, total)
+
+
+def pace_text(done: int, rate: float, unit: str, total: int | None = None) -> str:
+    """`rate_text` at a given rate (units a second), such as a recent average."""
     text = f"{rate:.1f} {unit}/s" if rate >= 1 else f"one per {1 / rate:.1f} s"
     if total and done < total:
         left = (total - done) / rate
@@ -40,26 +43,41 @@ def rate_text(done: int, elapsed: float, unit: str, total: int | None = None, ti
 
 
 class Rate:
-    """Count, rate and time left of one loop. A loop that resumes from a checkpoint advances by
-    the restored units before its first new one (`progress.advance(start)`), so the rate is timed
-    from the first advance: 275 restored steps do not read as 275 steps done in no time."""
+    """Count, rate and time left of one loop.
+
+    The rate is the units over the last `WINDOW_S` seconds of advances, not since the start: a
+    run stopped for an hour (Ctrl-Z, SIGSTOP) reads its true pace again 5 minutes after it
+    continues, where the whole-run average announced hours left to the end of the run. Five
+    minutes holds the periodic work inside a loop (a dev evaluation every few dozen steps, a
+    checkpoint), so the time left does not jump after each; a moving average of single advances
+    (tqdm's smoothing) jumps several-fold after every one. The window is kept as marks of
+    (time, count), at most one per `WINDOW_S / 100` seconds, so a fast loop keeps about 100.
+
+    A loop that resumes from a checkpoint advances by the restored units before its first new one
+    (`progress.advance(start)`), so the first advance opens the window and is not timed: 275
+    restored steps do not read as 275 steps done in no time. Until a second advance, the rate is
+    the count over the time since the start (a fresh loop's first step is timed from there)."""
+
+    WINDOW_S = 300.0
 
     def __init__(self, unit: str, total: int | None) -> None:
         self.unit, self.total, self.done = unit, total, 0
-        self.t0 = time.monotonic()
-        self.first: tuple[float, int] | None = None  # (time, count) at the first advance
+        self.t0 = self.last = time.monotonic()  # start, latest advance
+        self.marks: deque[tuple[float, int]] = deque()  # (time, count); the first opens the window
 
     def advance(self, n: int) -> None:
-        if self.first is None:
-            self.first = (time.monotonic(), n)
+        now = self.last = time.monotonic()
         self.done += n
+        if not self.marks or now - self.marks[-1][0] >= self.WINDOW_S / 100:
+            self.marks.append((now, self.done))
+        while len(self.marks) > 1 and now - self.marks[1][0] >= self.WINDOW_S:
+            self.marks.popleft()  # the next mark alone spans the window
 
     def text(self) -> str:
-        now = time.monotonic()
-        if self.first is not None and self.done > self.first[1]:
-            return rate_text(self.done, max(now - self.first[0], 1e-9), self.unit, self.total,
-                             timed=self.done - self.first[1])
-        return rate_text(self.done, max(now - self.t0, 1e-9), self.unit, self.total)
+        if self.marks and self.done > self.marks[0][1]:
+            since, count = self.marks[0]
+            return pace_text(self.done, (self.done - count) / max(self.last - since, 1e-9), self.unit, self.total)
+        return rate_text(self.done, max(time.monotonic() - self.t0, 1e-9), self.unit, self.total)
 
 
 class LogProgress:
