@@ -11,9 +11,10 @@ same inputs (the median of `--rounds` each), so that the ratio holds on a shared
 
 `auto` resolves to bf16 only where the CPU computes bf16 natively (AVX512-BF16 or AMX; see
 `realm_core.distributed.native_bf16`); on another CPU this benchmark still runs and says so.
-Writes bench/results/cpu_precision.json.
+Writes bench/results/cpu_precision.json, or `--name`'s file (README has a table for a CPU with
+native bf16 and one for a CPU without, `--name cpu_precision_avx2`).
 
-    .venv/bin/python bench/cpu_precision.py [--rounds 3]
+    .venv/bin/python bench/cpu_precision.py [--rounds 3] [--name cpu_precision_avx2]
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def main() -> None:
     parser.add_argument("--train-rows", type=int, default=16, help="span reader rows a training step")
     parser.add_argument("--train-length", type=int, default=384)
     parser.add_argument("--train-steps", type=int, default=2, help="timed steps a round")
+    parser.add_argument("--name", default="cpu_precision",
+                        help="results file bench/results/NAME.json (README renders cpu_precision, from an "
+                             "AVX512-BF16 CPU, and cpu_precision_avx2, from one without native bf16)")
     args = parser.parse_args()
 
     import torch
@@ -137,7 +141,7 @@ def main() -> None:
              "max_abs_span_score_diff": round(float((scores["fp32"][finite] - scores["bf16"][finite]).abs().max()), 4)}
     train["bf16_vs_fp32"] = round(train["fp32_step_s"] / train["bf16_step_s"], 2)
     print(f"span reader training step: {train}", flush=True)
-    write_result("cpu_precision", {
+    write_result(args.name, {
         "machine": {"cpu": cpu_model(), "threads": torch.get_num_threads(), "native_bf16": native,
                     "auto_resolves_to": Placement(cpu, "auto").precision, "torch": torch.__version__},
         "peer": "the same code in fp32, interleaved in this run on the same inputs",

@@ -470,8 +470,10 @@ def ict_tokenise_table(result: dict) -> str:
 
 def cpu_precision_table(result: dict) -> str:
     m, t = result["machine"], result["span_reader_train_step"]
+    rounds = (f"median of {result['rounds']} interleaved rounds" if result["rounds"] > 1
+              else "one round, fp32 first")
     lines = [f"| {m['cpu']}, {m['threads']} threads (native bf16: {'yes' if m['native_bf16'] else 'no'}; "
-             f"`auto` -> {m['auto_resolves_to']}); median of {result['rounds']} interleaved rounds | "
+             f"`auto` -> {m['auto_resolves_to']}); {rounds} | "
              "fp32 (peer) | bf16 autocast | bf16 / fp32 | fp32 vs bf16 outputs |", "|---|---:|---:|---:|---|"]
     for length, r in result["forward"].items():
         lines.append(f"| MiniLM forward, {result['batch']} x {length} (seq/s) | {r['fp32_seq_per_s']:.1f} | "
@@ -529,6 +531,7 @@ TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spa
                                             "projection": projection_table, "serve": serve_table,
                                             "gpu": gpu_table, "gpu_ict_run": gpu_ict_table,
                                             "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table,
+                                            "cpu_precision_avx2": cpu_precision_table,
                                             "startup": startup_table}
 
 

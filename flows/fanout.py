@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prefect import Task, flow
-from prefect_dask import DaskTaskRunner
+from prefect.task_runners import TaskRunner
+from prefect_dask.task_runners import DaskTaskRunner
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig
@@ -43,9 +44,11 @@ JOB_TASKS: dict[Callable[[Any], Any], Task[..., Any]] = {
     ingest_source: ingest_source_task, embed_shard: embed_shard_task, mine_shard: mine_spans_shard}
 
 
-def dask_runner(address: str) -> DaskTaskRunner:
+def dask_runner(address: str) -> TaskRunner[Any]:
     """`local:N` starts a LocalCluster of N single-threaded worker processes (torch uses one
-    core each); anything else is the address of a running Dask scheduler."""
+    core each); anything else is the address of a running Dask scheduler. (Typed as a plain
+    TaskRunner: prefect_dask subclasses the unparameterised one, whose future type then defaults
+    to a thread pool's, which `Flow.with_options` does not take.)"""
     if address.startswith("local:"):
         try:
             workers = int(address.removeprefix("local:"))

@@ -101,10 +101,10 @@ def resolver(preset: str, config: Path | None, overrides: list[str] | None, root
     units on Dask workers through Prefect); `force` names the stages to recompute."""
     from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config, work_dir
-    from realm_core.graph import Resolver, call_directly
+    from realm_core.graph import Hook, Resolver, call_directly
 
     cfg = load_config(preset, config, overrides or [])
-    hook = call_directly
+    hook: Hook = call_directly
     if dask:
         from flows.fanout import dask_hook
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -117,7 +117,7 @@ def peak_memory(runs: dict[str, StageRun]) -> dict[str, float] | None:
 WARM_STARTS = ("ict", "retromae")
 
 
-def warm_start_record(runs: dict[str, StageRun]) -> dict[str, dict[str, dict]]:
+def warm_start_record(runs: dict[str, StageRun]) -> dict[str, dict[str, dict[str, Any]]]:
     """What README quotes of a run's retriever warm starts beside its results: each one's stats
     (steps, batch, train seconds) and the config it trained with (block length, micro-batch...),
     as the stage resolved it in this process, so a reader of the file need not open the artifacts."""

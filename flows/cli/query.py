@@ -33,9 +33,16 @@ def read_queries(path: Path) -> list[dict[str, Any]]:
                 raise InputError(path, "a JSON object", position=f"line {n}", found=e.msg) from None
             if not isinstance(obj, dict) or not isinstance(obj.get("question"), str):
                 raise InputError(path, "an object with a string 'question'", position=f"line {n}")
-            answers = obj.get("answers", obj.get("answer", []))
+            answers = obj.get("answers", obj.get("answer"))
+            if isinstance(answers, str):
+                answers = [answers]
+            elif answers is None:
+                answers = []
+            elif not (isinstance(answers, list) and all(isinstance(a, str) for a in answers)):
+                raise InputError(path, "'answers' as a string or a list of strings", position=f"line {n}",
+                                 found=json.dumps(answers)[:80])
             items.append({"qid": str(obj.get("id", obj.get("qid", n))), "question": obj["question"],
-                          "answers": [answers] if isinstance(answers, str) else list(answers)})
+                          "answers": answers})
         else:
             items.append({"qid": str(n), "question": line.strip(), "answers": []})
     if not items:
@@ -112,7 +119,8 @@ def ask(question: Annotated[str | None, typer.Argument(help="the question")] = N
             help="bm25, ict, realm, ict_realm_reader, realm_baseline_reader or ict_null_reader [default: the best by "
                  "SQuAD-open dev EM in the newest evaluation, else bm25]")] = None,
         questions: Annotated[Path | None, typer.Option(
-            "--questions", help="many questions: one per line, or JSONL with 'question' (and 'answers')")] = None,
+            "--questions", help="many questions: one per line, or JSONL with 'question' and optionally "
+                                "'answers' (a string or a list of strings)")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="JSONL predictions of --questions")] = None,
         json_out: Json = False, preset: Preset = "demo", config: ConfigFile = None,
         overrides: Overrides = None, root: Root = None) -> None:
