@@ -21,6 +21,9 @@ def open_qa_summary(manifest: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    from flows import exit_on_sigterm
+
+    exit_on_sigterm()  # `kill` stops the embedded Prefect server too
     if not data_dir().is_dir():
         print(f"error: the bundled data is not at {data_dir()}; set REALM_DATA_DIR, or fetch it "
               "with `realm data fetch` (see data/README.md)", file=sys.stderr)

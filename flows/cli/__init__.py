@@ -18,5 +18,10 @@ from flows.cli.common import app
 __all__ = ["app", "main"]
 
 
-def main() -> None:  # pragma: no cover - console entry
+def main() -> None:
+    """The `realm` console script: the app, with SIGTERM ending it cleanly (its embedded Prefect
+    server stopped; see `flows.exit_on_sigterm`)."""
+    from flows import exit_on_sigterm
+
+    exit_on_sigterm()
     sys.exit(app())
