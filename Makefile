@@ -176,7 +176,7 @@ retrieval-table: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check realm_core tasks flows tests bench
-	$(BIN)/mypy realm_core flows tasks
+	$(BIN)/mypy realm_core flows tasks bench
 
 lock:
 	$(BIN)/uv pip compile requirements.in $(TORCH_SOURCE) --python-version 3.11 --no-emit-package realm -o requirements.lock

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -38,14 +39,14 @@ def main() -> None:
     args = ap.parse_args()
     cfg = load_config(args.preset)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
-    questions = store.open(Resolver(cfg, store).run("questions").ref).read_table("questions").to_pylist()
+    questions = store.open(Resolver(cfg, store).ref("questions")).read_table("questions").to_pylist()
     tokenizer = load_tokenizer(cfg.chunk.encoder)
     shortest: dict[str, dict[str, int]] = {}
     for q in questions:
         if q["dataset"] == "squad-open":
             shortest.setdefault(q["split"], {})[q["qid"]] = min(
                 len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in q["answers"])
-    out: dict = {"splits": {}}
+    out: dict[str, Any] = {"splits": {}}
     for split, lengths in sorted(shortest.items()):
         out["splits"][split] = {"questions": len(lengths), **{
             f"over_{limit}": sum(n > limit for n in lengths.values()) for limit in args.limits}}

@@ -67,7 +67,7 @@ def train_step_seconds(reader: Any, batch: tuple[Any, ...], place: Placement, st
         with place.compute():
             scores = reader(*batch)  # (1, K, T, L)
         loss = -torch.logsumexp(scores[torch.isfinite(scores)], 0)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)

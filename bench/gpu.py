@@ -32,6 +32,7 @@ import platform
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +70,13 @@ def export(directory: Path) -> None:
     cfg = load_config("demo")
     store = ArtifactStore(work_dir() / "artifacts")
     stages = Resolver(cfg, store)
-    blocks, spans = stages.run("chunk"), stages.run("spans")
-    art = store.open(blocks.ref)
+    blocks, spans = stages.ref("chunk"), stages.ref("spans")
+    art = store.open(blocks)
     directory.mkdir(parents=True, exist_ok=True)
     pq.write_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]), directory / "blocks.parquet")
-    examples = list(iter_examples(art, store.open(spans.ref), cfg.masking, load_tokenizer(BUNDLED_ENCODER)))
+    examples = list(iter_examples(art, store.open(spans), cfg.masking, load_tokenizer(BUNDLED_ENCODER)))
     pq.write_table(pa.Table.from_pylist([vars(e) for e in examples]), directory / "examples.parquet")
-    pq.write_table(store.open(spans.ref).read_table("sentences"), directory / "sentences.parquet")  # ICT's queries
+    pq.write_table(store.open(spans).read_table("sentences"), directory / "sentences.parquet")  # ICT's queries
     (directory / "tokenizer").mkdir(exist_ok=True)
     for name in TOKENIZER_FILES:
         shutil.copy(resolve_encoder_dir(BUNDLED_ENCODER) / name, directory / "tokenizer" / name)
@@ -91,7 +92,8 @@ def random_bert(inputs: Path, name: str, overrides: dict[str, Any], seed: int = 
     if not (directory / "model.safetensors").is_file():
         config = BertConfig.from_pretrained(str(inputs / "tokenizer"), **overrides)
         torch.manual_seed(seed)
-        BertModel(config, add_pooling_layer=False).save_pretrained(str(directory), safe_serialization=True)
+        model = BertModel(config, add_pooling_layer=False)  # type: ignore[no-untyped-call]
+        model.save_pretrained(str(directory), safe_serialization=True)
         for f in TOKENIZER_FILES[:-1]:
             shutil.copy(inputs / "tokenizer" / f, directory / f)
     return directory
@@ -145,7 +147,7 @@ def embedding_bench(model_dir: Path, titles: list[str], bodies: list[str], devic
     ids = tokenize(True)
     results: dict[str, Any] = {}
     vectors: dict[str, np.ndarray] = {}
-    runs = {"raw transformers forward, padded to 288, fp32 (peer)": raw,
+    runs: dict[str, Callable[[], Any]] = {"raw transformers forward, padded to 288, fp32 (peer)": raw,
             "realm embed_texts, fp32": lambda: embed_texts(encoder, tok, titles, bodies, 288, batch,
                                                            tokenizer_parallel=True),
             "realm embed_texts, bf16 autocast, tokeniser on one thread (TOKENIZERS_PARALLELISM=false)":
@@ -188,7 +190,7 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
 
     from realm_core.bert import load_tokenizer
     from realm_core.config import PretrainConfig
-    from realm_core.distributed import Placement
+    from realm_core.distributed import Placement, Precision
     from realm_core.pretrain.batches import BlockTexts
     from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
@@ -198,7 +200,7 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     from realm_core.retrieval.index import MipsIndex
     from realm_core.training import adamw
 
-    precision = "bf16" if device.type == "cuda" else "fp32"  # CPU bf16 autocast is slow on most CPUs
+    precision: Precision = "bf16" if device.type == "cuda" else "fp32"  # CPU bf16 autocast is slow on most CPUs
     place = Placement(device, precision)
     tok = load_tokenizer(str(model_dir))
     config = PretrainConfig(reader_encoder=str(model_dir), top_k=8, reader_length=reader_length,
@@ -224,7 +226,7 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
     def realm_step(b: list[Any], placement: Placement = place, phases: dict[str, float] | None = None) -> Any:
         optimizer.zero_grad(set_to_none=True)
         out, reader_batch, _ = realm_forward(models, b, handle, data, config, placement, phases)
-        out.loss.backward()
+        out.loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         return reader_batch
 
@@ -322,7 +324,7 @@ def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: 
 
     from realm_core.bert import load_tokenizer
     from realm_core.config import ICTConfig
-    from realm_core.distributed import Placement
+    from realm_core.distributed import Placement, Precision
     from realm_core.retrieval.embed import tokenizer_parallelism
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.inverse_cloze import (
@@ -334,7 +336,7 @@ def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: 
     from realm_core.training import adamw, step_seed
 
     batch, micro, query_length, block_length = shape
-    precision = "bf16" if device.type == "cuda" else "fp32"
+    precision: Precision = "bf16" if device.type == "cuda" else "fp32"
     corpus = tiled_cloze_corpus(blocks, sentences, batch)
     batch = min(batch, len(corpus))  # --max-blocks checks
     micro = micro if micro < batch else 0
@@ -342,13 +344,13 @@ def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: 
                        block_length=block_length, steps=steps + 2, checkpoint_every=10_000, precision=precision,
                        device=str(device))
     tok = load_tokenizer(str(model_dir))
-    encoders = [RetrieverEncoder.from_pretrained(str(model_dir), config.projection_dim, seed=0,
+    encoders: list[torch.nn.Module] = [RetrieverEncoder.from_pretrained(str(model_dir), config.projection_dim, seed=0,
                                                  dropout=config.dropout).to(device) for _ in range(2)]
     place = Placement(device, precision)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as ckpt:
-        curve = train_inverse_cloze(corpus, *encoders, tok, config, Path(ckpt), placement=place)
+        curve = train_inverse_cloze(corpus, encoders[0], encoders[1], tok, config, Path(ckpt), placement=place)
     step_peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
     seconds = np.diff([0.0] + [p.seconds for p in curve])[2:]  # each step's wall, after two warm-ups
 
@@ -361,7 +363,7 @@ def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: 
                     return_tensors="pt")
         return q, d
 
-    host = {"pool": [], "one_thread": []}
+    host: dict[str, list[float]] = {"pool": [], "one_thread": []}
     for parallel, key in ((True, "pool"), (False, "one_thread")):
         for step in range(2, steps + 2):
             t0 = time.perf_counter()
@@ -401,7 +403,7 @@ def ict_bench(model_dir: Path, blocks: Any, sentences: Any, device: Any, shape: 
             torch.manual_seed(step_seed(config.seed, step, stream=1))
             optimizer.zero_grad(set_to_none=True)
             with place.compute():
-                loss, _ = inverse_cloze_step(*encoders, q, d, micro)
+                loss, _ = inverse_cloze_step(encoders[0], encoders[1], q, d, micro)
             torch.nn.utils.clip_grad_norm_([p for e in encoders for p in e.parameters()], config.max_grad_norm)
             optimizer.step()
             loss.item()
@@ -430,7 +432,7 @@ def tokenise_batch(tok: Any, corpus: Any, batch: int, query_length: int, block_l
 
     queries, titles, contexts = inverse_cloze_batch(corpus, batch, 0.1, np.random.default_rng(0))
     padded_q, padded_d = PaddedBatches(tok, query_length), PaddedBatches(tok, block_length, "only_second")
-    runs = {"hf": lambda: (tok(queries, truncation=True, max_length=query_length, padding=True, return_tensors="pt"),
+    runs: dict[str, Callable[[], Any]] = {"hf": lambda: (tok(queries, truncation=True, max_length=query_length, padding=True, return_tensors="pt"),
                            tok(titles, contexts, truncation="only_second", max_length=block_length, padding=True,
                                return_tensors="pt")),
             "padded": lambda: (padded_q(queries), padded_d(list(zip(titles, contexts, strict=True))))}

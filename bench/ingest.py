@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import bz2
+import functools
 import os
 import platform
 import re
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,6 +37,10 @@ from realm_core.config import data_dir
 GENSIM = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 WORK = ROOT / "bench" / ".work"
 RESIDUE = ["{{", "}}", "[[", "]]", "{|", "|}", "<ref", "&nbsp;", "style=", "'''", "colspan", "<!--"]
+
+
+def _shift_page_id(m: re.Match[str], by: int) -> str:
+    return f"{m[1]}{int(m[2]) + by}{m[3]}"
 
 
 def replicated_dump(copies: int, out: Path, first_pages: int | None = None) -> int:
@@ -51,7 +57,7 @@ def replicated_dump(copies: int, out: Path, first_pages: int | None = None) -> i
     with bz2.open(out, "wt", compresslevel=1) as f:
         f.write(head)
         for k in range(copies):
-            f.write(page_id.sub(lambda m, k=k: f"{m[1]}{int(m[2]) + k * 10_000_000}{m[3]}", body))
+            f.write(page_id.sub(functools.partial(_shift_page_id, by=k * 10_000_000), body))
         f.write(tail)
     return n_pages * copies
 
@@ -63,7 +69,8 @@ def tree_rss_kb(pid: int) -> int:
         p = stack.pop()
         try:
             status = Path(f"/proc/{p}/status").read_text()
-            total += int(re.search(r"VmRSS:\s+(\d+)", status)[1]) if "VmRSS" in status else 0
+            rss = re.search(r"VmRSS:\s+(\d+)", status)
+            total += int(rss[1]) if rss else 0
             for task in Path(f"/proc/{p}/task").iterdir():
                 stack += [int(c) for c in (task / "children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -103,7 +110,7 @@ def wikiextractor_texts(out: Path) -> list[str]:
     return docs
 
 
-def demo_corpus_leaks() -> dict:
+def demo_corpus_leaks() -> dict[str, Any]:
     """Markup left by `realm ingest` in the demo preset's Wikipedia documents."""
     import json
 

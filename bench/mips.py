@@ -34,7 +34,8 @@ DIM, K, QUERIES = 128, 10, 1000
 def clustered(n: int, rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
     assign = rng.integers(0, len(centres), size=n)
     x = centres[assign] + 0.35 * rng.standard_normal((n, DIM), dtype=np.float32)
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    unit: np.ndarray = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return unit
 
 
 def best_of(fn: object, repeats: int = 3) -> float:

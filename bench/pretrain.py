@@ -29,6 +29,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -46,7 +47,7 @@ from realm_core.progress import LogProgress
 log = logging.getLogger("bench.pretrain")
 
 
-def heldout_test(rows: dict[str, list[dict]], resamples: int = 10_000) -> dict:
+def heldout_test(rows: dict[str, list[dict[str, Any]]], resamples: int = 10_000) -> dict[str, Any]:
     """Both runs scored on the same held-out examples: accuracy on all and on the recoverable ones,
     and REALM minus null-only with 95% intervals from resampling articles."""
     realm, null = rows["REALM"], rows["null only"]
@@ -55,7 +56,7 @@ def heldout_test(rows: dict[str, list[dict]], resamples: int = 10_000) -> dict:
     articles = [r["doc_id"] for r in realm]
     keep = [i for i, r in enumerate(realm) if r["recoverable"]]
 
-    def accuracy(rs: list[dict], idx: list[int] | None = None) -> float | None:
+    def accuracy(rs: list[dict[str, Any]], idx: list[int] | None = None) -> float | None:
         picked = [rs[i] for i in idx] if idx is not None else rs
         return sum(r["correct"] for r in picked) / len(picked) if picked else None
 
@@ -71,7 +72,7 @@ def heldout_test(rows: dict[str, list[dict]], resamples: int = 10_000) -> dict:
             "gain": gain}
 
 
-def ablation_row(name: str, run: dict, realm: dict, resamples: int = 10_000) -> dict:
+def ablation_row(name: str, run: dict[str, Any], realm: dict[str, Any], resamples: int = 10_000) -> dict[str, Any]:
     """One Table 2 row: held-out accuracy (all, recoverable), log p, wall, and the row minus
     REALM on the same examples with a 95% interval over articles."""
     rows, base = run["heldout_rows"], realm["heldout_rows"]
@@ -93,7 +94,7 @@ def ablation_row(name: str, run: dict, realm: dict, resamples: int = 10_000) -> 
     return out
 
 
-def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, realm_ref: ArtifactRef | None) -> dict:
+def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, realm_ref: ArtifactRef | None) -> dict[str, Any]:
     """SQuAD-open dev recall@5/@20 (articles 30-34, every demo block a candidate, DPR's
     has_answer rule) of the warm-started retriever before REALM pretraining and of REALM's
     encoders after it, each system's blocks embedded by its own document encoder (through the
@@ -119,7 +120,8 @@ def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, rea
     if [r["qid"] for r in rows if r["system"] == "before"] != [r["qid"] for r in rows if r["system"] == "after"]:
         raise SystemExit("zero-shot: the two systems were scored on different questions")
     recall = art.manifest["results"]["squad-open"]["systems"]  # the stage's own recall_metrics
-    out: dict = {"questions": len(hits["before"]), "articles": list(dev.articles), "warm_start": cfg.pretrain.warm_start}
+    articles = list(dev.articles) if dev.articles is not None else None
+    out: dict[str, Any] = {"questions": len(hits["before"]), "articles": articles, "warm_start": cfg.pretrain.warm_start}
     for name in hits:
         out[name] = {f"R@{k}": recall[name][f"R@{k}"] for k in (5, 20)}
     for k in (5, 20):

@@ -28,6 +28,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,35 +48,37 @@ from realm_core.pretrain.refresh import IndexHandle
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
-from realm_core.spans.masking import iter_examples
+from realm_core.spans.masking import MaskedExample, iter_examples
 from realm_core.training import adamw
+from realm_core.training_config import PretrainConfig
 
 sys.path.insert(0, str(ROOT / "bench"))
 from peers import bare_reader_loss, doc_encoder_loss, query_encoder_loss, write_result  # noqa: E402
 
 
-def time_modes(models, optimizer, handle, data, config, batches):  # type: ignore[no-untyped-def]
+def time_modes(models: RealmModels, optimizer: torch.optim.Optimizer, handle: IndexHandle, data: PretrainData,
+               config: PretrainConfig, batches: list[list[MaskedExample]]) -> dict[str, list[float]]:
     """Seconds of each timed step: REALM with relevance recomputed, the bare reader on that
     step's own reader inputs, and REALM with the index's vectors (after a warm-up of each)."""
 
-    def realm_step(batch, config=config):  # type: ignore[no-untyped-def]
+    def realm_step(batch: list[MaskedExample], config: PretrainConfig = config) -> Any:
         optimizer.zero_grad()
         out, reader_batch, _ = realm_forward(models, batch, handle, data, config)
-        out.loss.backward()
+        out.loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         return reader_batch
 
-    def bare_reader_step(reader_batch):  # type: ignore[no-untyped-def]
+    def bare_reader_step(reader_batch: Any) -> None:
         optimizer.zero_grad()
         bare_reader_loss(models.reader, reader_batch).backward()
         optimizer.step()
 
-    def doc_encoder_step(reader_batch):  # type: ignore[no-untyped-def]
+    def doc_encoder_step(reader_batch: Any) -> None:
         optimizer.zero_grad()
         doc_encoder_loss(models.doc_encoder, reader_batch, data, config.doc_length).backward()
         optimizer.step()
 
-    def query_encoder_step(batch):  # type: ignore[no-untyped-def]
+    def query_encoder_step(batch: list[MaskedExample]) -> None:
         optimizer.zero_grad()
         query_encoder_loss(models.query_encoder, batch, data.tokenizer).backward()
         optimizer.step()
@@ -120,42 +123,43 @@ def main() -> None:
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     stages = Resolver(cfg, store)  # the pipeline's index: built with the ICT document encoder
     stages.run("index")
-    blocks, spans, ict = stages.run("chunk"), stages.run("spans"), stages.run("ict")
+    blocks, spans, ict = stages.ref("chunk"), stages.ref("spans"), stages.ref("ict")
     index, _ = load_index(store, cfg.ict.steps)
     tok = load_tokenizer(p.reader_encoder)
-    art = store.open(blocks.ref)
+    art = store.open(blocks)
     block_texts = BlockTexts.from_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
     models = RealmModels(KnowledgeAugmentedEncoder.from_pretrained(p.reader_encoder, dropout=p.dropout),
-                         RetrieverEncoder.from_pretrained(query_encoder_dir(ict.ref), dropout=p.dropout),
-                         RetrieverEncoder.from_pretrained(doc_encoder_dir(ict.ref), dropout=p.dropout))
+                         RetrieverEncoder.from_pretrained(query_encoder_dir(ict), dropout=p.dropout),
+                         RetrieverEncoder.from_pretrained(doc_encoder_dir(ict), dropout=p.dropout))
     optimizer = adamw([models.reader, models.query_encoder, models.doc_encoder], p.learning_rate, p.weight_decay)
     handle = IndexHandle(index, cfg.ict.steps)
     shapes = {"demo": (p, cfg.masking),
               "paper": (p.model_copy(update={"top_k": 8, "reader_length": 384, "doc_length": 288}),
                         cfg.masking.model_copy(update={"query_length": 96}))}
-    result: dict[str, object] = {"preset": "demo", "machine": platform.machine(), "threads": torch.get_num_threads(),
-                                 "steps": args.steps, "shapes": {}}
+    measured: dict[str, dict[str, Any]] = {}
+    result = {"preset": "demo", "machine": platform.machine(), "threads": torch.get_num_threads(),
+              "steps": args.steps, "shapes": measured}
     for name, (config, masking) in shapes.items():
-        examples = list(iter_examples(art, store.open(spans.ref), masking, tok))
+        examples = list(iter_examples(art, store.open(spans), masking, tok))
         data = PretrainData(examples, [], block_texts, tok)
         rng = np.random.default_rng(0)
         batches = [[examples[i] for i in rng.choice(len(examples), config.batch_size, replace=False)]
                    for _ in range(args.steps + 1)]
         times = time_modes(models, optimizer, handle, data, config, batches)
         med = {k: float(np.median(v)) for k, v in times.items()}
-        shape = {"batch_size": config.batch_size, "top_k": config.top_k, "reader_length": config.reader_length,
+        shape: dict[str, Any] = {"batch_size": config.batch_size, "top_k": config.top_k, "reader_length": config.reader_length,
                  "doc_length": config.doc_length, "query_length": masking.query_length,
                  "bare_reader_step_s": med["bare"], "doc_encoder_step_s": med["doc_encoder"],
                  "query_encoder_step_s": med["query_encoder"], "unavoidable_step_s": med["unavoidable"],
                  "modes": {mode: {"step_s": med[mode], "overhead": med[mode] / med["bare"] - 1.0,
                                   "overhead_vs_unavoidable": med[mode] / med["unavoidable"] - 1.0}
                            for mode in ("recompute", "index")}, "times": times}
-        result["shapes"][name] = shape  # type: ignore[index]
+        measured[name] = shape
         for mode in ("recompute", "index"):
             print(f"{name} shapes, REALM step, relevance={mode}: {med[mode]:.2f} s vs bare reader "
                   f"{med['bare']:.2f} s: overhead {100 * shape['modes'][mode]['overhead']:.0f}%; vs the compute it "
                   f"cannot avoid ({med['unavoidable']:.2f} s: reader + document encoder + query encoder): "
-                  f"{100 * shape['modes'][mode]['overhead_vs_unavoidable']:+.0f}%")  # type: ignore[index]
+                  f"{100 * shape['modes'][mode]['overhead_vs_unavoidable']:+.0f}%")
     write_result("pretrain_step", result)
 
 

@@ -30,6 +30,7 @@ from realm_core.config import load_config, work_dir
 from realm_core.graph import Resolver, qa_system, stage
 from realm_core.openqa.finetune_stage import _blocks, _retriever, load_questions
 from realm_core.openqa.query_tuning import answer_ranks, train_query_encoder
+from realm_core.openqa.retrievers import Dense
 from realm_core.openqa.significance import paired_bootstrap
 from realm_core.progress import LogProgress
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -58,11 +59,12 @@ def main() -> None:
     if system.query_encoder is None:
         raise SystemExit(f"{args.system} is not a dense system")
     tokenizer = load_tokenizer(system.reader)
-    blocks = _blocks(store, refs["chunk"], tokenizer)
-    train = load_questions(store, refs["questions"], c.dataset, c.split)
-    dev = load_questions(store, refs["questions"], c.dataset, c.dev_split)
+    blocks = _blocks(store, resolver.ref("chunk"), tokenizer)
+    train = load_questions(store, resolver.ref("questions"), c.dataset, c.split)
+    dev = load_questions(store, resolver.ref("questions"), c.dataset, c.dev_split)
     query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=c.dropout).eval()
-    retriever = _retriever(store, refs["chunk"], system, blocks, query_encoder, tokenizer, c)
+    retriever = _retriever(store, resolver.ref("chunk"), system, blocks, query_encoder, tokenizer, c)
+    assert isinstance(retriever, Dense)  # a system with a query encoder retrieves by its vectors
     before = answer_ranks(retriever, dev, blocks, max(KS))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

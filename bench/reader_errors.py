@@ -17,6 +17,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -33,9 +34,9 @@ from realm_core.graph import Resolver
 from realm_core.openqa.finetune_stage import GOLD_SYSTEM
 
 
-def classify(gold: dict[str, dict], system: dict[str, dict], texts: list[str]) -> Counter:
+def classify(gold: dict[str, dict[str, Any]], system: dict[str, dict[str, Any]], texts: list[str]) -> Counter[str]:
     """Counts over the questions `gold` answers and `system` misses (rows keyed by qid)."""
-    out: Counter = Counter()
+    out: Counter[str] = Counter()
     for qid, row in system.items():
         if not gold[qid]["correct"] or row["correct"]:
             continue
@@ -64,21 +65,22 @@ def main() -> None:
     args = ap.parse_args()
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     with existing_artifacts_only():
-        blocks = store.open(Resolver(load_config(args.preset), store).run("chunk").ref, kind="blocks")
+        blocks = store.open(Resolver(load_config(args.preset), store).ref("chunk"), kind="blocks")
     texts = blocks.read_table("blocks", ["text"]).column("text").to_pylist()
-    rows: dict[str, dict[str, dict]] = {}
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
     for r in pq.read_table(Path(json.loads(args.eval.read_text())["artifact"]) / "openqa_predictions").to_pylist():
         if r["dataset"] == "squad-open":
             rows.setdefault(r["system"], {})[r["qid"]] = r
     if GOLD_SYSTEM not in rows:
         raise SystemExit(f"{args.eval}: no {GOLD_SYSTEM!r} rows to compare with")
-    out = {"eval": str(args.eval), "questions": len(rows[GOLD_SYSTEM]), "systems": {}}
+    summary: dict[str, dict[str, int]] = {}
+    out = {"eval": str(args.eval), "questions": len(rows[GOLD_SYSTEM]), "systems": summary}
     for system, by_qid in rows.items():
         if system == GOLD_SYSTEM or not any(r["block_ids"] for r in by_qid.values()):
             continue
         counts = classify(rows[GOLD_SYSTEM], by_qid, texts)
-        out["systems"][system] = dict(sorted(counts.items()))
-        print(system, json.dumps(out["systems"][system], indent=2))
+        summary[system] = dict(sorted(counts.items()))
+        print(system, json.dumps(summary[system], indent=2))
     write_result(args.name, out)
 
 

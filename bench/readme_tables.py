@@ -10,12 +10,14 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+Result = dict[str, Any]  # a bench/results/*.json file, as json.loads reads it
 
 
-def ingest_table(result: dict) -> str:
+def ingest_table(result: Result) -> str:
     lines = ["| dump | tool | pages/s | ratio | peak RSS (MB) | documents | markup left / M chars |",
              "|---|---|---|---|---|---|---|"]
     for run in result["runs"]:
@@ -28,7 +30,7 @@ def ingest_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def spans_table(result: dict) -> str:
+def spans_table(result: Result) -> str:
     raw, stage = result["raw"], result["stage"]
     lines = [f"| run ({result['blocks']:,} demo blocks, {result['sentences']:,} sentences, "
              f"n_process={result['n_process']}) | sentences/s | ratio | cores used |",
@@ -51,7 +53,7 @@ def spans_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def mips_table(result: dict) -> str:
+def mips_table(result: Result) -> str:
     lines = ["| corpus | index | queries/s | vs peer | recall@10 | build (s) | memory (MB) |",
              "|---|---|---|---|---|---|---|"]
     for run in result["runs"]:
@@ -65,7 +67,7 @@ def mips_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def embed_table(result: dict) -> str:
+def embed_table(result: Result) -> str:
     return "\n".join([
         f"| {result['blocks']:,} demo blocks (mean {result['mean_tokens']} tokens), batch "
         f"{result['batch_size']} | blocks/s | ratio |", "|---|---|---|",
@@ -74,7 +76,7 @@ def embed_table(result: dict) -> str:
         f"**{result['ratio']:.2f}** |", *_parallel_rows(result.get("parallel"))])
 
 
-def _parallel_rows(p: dict | None) -> list[str]:
+def _parallel_rows(p: Result | None) -> list[str]:
     if not p:
         return []
     return ["", f"| `embed_blocks`, {p['blocks']:,} blocks in {p['shards']} shards | blocks/s | ratio |",
@@ -85,7 +87,7 @@ def _parallel_rows(p: dict | None) -> list[str]:
             f"{p['parallel']['blocks_per_s']:.1f} | **{p['ratio']:.2f}** |"]
 
 
-def warm_start_table(result: dict) -> str:
+def warm_start_table(result: Result) -> str:
     res = result["results"]
     datasets = sorted(res, key=lambda d: d != "squad-open")
     metrics = [m for m in res[datasets[0]]["metrics"] if m in ("R@5", "R@20")]
@@ -108,7 +110,7 @@ def warm_start_table(result: dict) -> str:
     return text
 
 
-def retrieval_table(result: dict) -> str:
+def retrieval_table(result: Result) -> str:
     res = result["results"]
     datasets = sorted(res, key=lambda d: d != "squad-open")  # the headline set first
     metrics = res[datasets[0]]["metrics"]
@@ -130,7 +132,7 @@ def retrieval_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def pretrain_table(result: dict) -> str:
+def pretrain_table(result: Result) -> str:
     b = result["budget"]
     lines = [f"| run ({b['steps']} steps x {b['batch_size']} examples, lr {b['learning_rate']}, "
              f"k={b['top_k']} with the null block) | held-out span accuracy | held-out log p(y given x) | "
@@ -166,7 +168,7 @@ def _interval(d: float | None, ci: list[float] | None) -> str:
     return "-" if d is None or ci is None else f"{100 * d:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
 
 
-def _heldout_lines(result: dict) -> list[str]:
+def _heldout_lines(result: Result) -> list[str]:
     """The held-out test drawn over articles, Table 2's rows and zero-shot recall, where the
     results file has them (runs of bench/pretrain.py since the held-out test was redrawn)."""
     lines: list[str] = []
@@ -196,7 +198,7 @@ def _heldout_lines(result: dict) -> list[str]:
     return lines
 
 
-def pretrain_step_table(result: dict) -> str:
+def pretrain_step_table(result: Result) -> str:
     shapes = result["shapes"]
     names = list(shapes)
     lines = ["| step | " + " | ".join(
@@ -221,7 +223,7 @@ def pretrain_step_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def openqa_table(result: dict) -> str:
+def openqa_table(result: Result) -> str:
     """REALM Table 1 from `realm evaluate --json`: EM / F1 / R@k / R@k of the text read per
     dataset, then the paired EM differences on SQuAD-open, the budgets and the dev-fit settings."""
     res, ft = result["results"], result["finetune"]
@@ -282,7 +284,7 @@ def openqa_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _open_phase_row(run: dict, system: str, paired: dict | None) -> str:
+def _open_phase_row(run: Result, system: str, paired: Result | None) -> str:
     """One run of `make openqa-open-phase`, its settings read from the run itself (the ICT warm
     start's stats and config and the fine-tune config that bench/paired_runs.py keeps)."""
     ws = (run.get("warm_starts") or {}).get("ict") or {}
@@ -320,7 +322,7 @@ def _lr(value: float) -> str:
     return f"{value:.0e}".replace("e-0", "e-")
 
 
-def _phases(pair: dict) -> str:
+def _phases(pair: Result) -> str:
     """How the two sides' open-domain phases differ: length, rate, or neither."""
     a, b = ((pair["runs"][side].get("finetune") or {}) for side in ("a", "b"))
     if a.get("steps") != b.get("steps"):
@@ -330,7 +332,7 @@ def _phases(pair: dict) -> str:
     return "both with the open-domain phase"
 
 
-def open_phase_table(result: dict) -> str:
+def open_phase_table(result: Result) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
     288-wordpiece blocks, those with a phase twice as long, that phase at twice the rate), each
@@ -369,7 +371,7 @@ def _reader_start(path: str) -> str:
     return f"`{Path(path).name}` as shipped"
 
 
-def scaling_table(result: dict) -> str:
+def scaling_table(result: Result) -> str:
     stages = list(result["runs"][0]["stages"])
     lines = ["| scale | pages | blocks | " + " | ".join(f"{s}: s (time/blocks ratio), peak MB" for s in stages) + " |",
              "|---|---:|---:|" + "---|" * len(stages)]
@@ -389,7 +391,7 @@ def scaling_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def projection_table(result: dict) -> str:
+def projection_table(result: Result) -> str:
     gpus = list(result["total"]["hours"])
     a = result["assumption"]
     lines = ["| stage (paper preset, BERT-base) | PFLOP | " + " | ".join(f"hours on {g} GPU{'s' if g != '1' else ''}"
@@ -411,7 +413,7 @@ def projection_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def gpu_table(result: dict) -> str:
+def gpu_table(result: Result) -> str:
     blocks = next(iter(result["shapes"].values()))["embedding"]["blocks"]
     lines = [f"| {result['device']}, torch {result['torch']} | blocks/s ({blocks:,} demo blocks) | ratio |",
              "|---|---:|---:|"]
@@ -443,7 +445,7 @@ def gpu_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def gpu_ict_table(result: dict) -> str:
+def gpu_ict_table(result: Result) -> str:
     lines = [f"| ICT step, {result['device']} (the warm-start loop, dropout 0.1) | batch x block | micro-batch | "
              "the loop's step (s) | examples/s | its GPU step alone, batches on the device (s) | gradient "
              "accumulation, 3 passes (s) | GPU step vs accumulation | tokenising a batch, HF call: pool / one thread (s) "
@@ -458,7 +460,7 @@ def gpu_ict_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def ict_tokenise_table(result: dict) -> str:
+def ict_tokenise_table(result: Result) -> str:
     lines = [f"| tokenising one ICT batch on {result['cpus']} CPU cores (pool on, median of {result['repeats']}) | "
              "HF tokeniser call (peer, s) | `PaddedBatches` (s) | speed-up | identical ids and masks |",
              "|---|---:|---:|---:|---|"]
@@ -468,7 +470,7 @@ def ict_tokenise_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def cpu_precision_table(result: dict) -> str:
+def cpu_precision_table(result: Result) -> str:
     m, t = result["machine"], result["span_reader_train_step"]
     rounds = (f"median of {result['rounds']} interleaved rounds" if result["rounds"] > 1
               else "one round, fp32 first")
@@ -483,7 +485,7 @@ def cpu_precision_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def startup_table(result: dict) -> str:
+def startup_table(result: Result) -> str:
     lines = [f"| command (median of {result['rounds']} interleaved rounds, {result['cpus']} cores) | bytecode written "
              "at install (s) | no bytecode, peer (s) | peer / bytecode |", "|---|---:|---:|---:|"]
     for name, c in result["commands"].items():
@@ -491,7 +493,7 @@ def startup_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def serve_table(result: dict) -> str:
+def serve_table(result: Result) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
              f"({p['vectors'][0]:,} x {p['vectors'][1]}) | p50 (ms) | p99 (ms) | service / peer (p50) |",
@@ -520,7 +522,7 @@ def serve_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[dict], str]] = {"ingest": ingest_table, "spans": spans_table,
+TABLES: dict[str, Callable[[Result], str]] = {"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
@@ -550,7 +552,9 @@ def main() -> None:
         table = render(json.loads(path.read_text()))
         block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{table}\n<!-- /bench:{name} -->"
         pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.DOTALL)
-        readme = pattern.sub(lambda _, b=block: b, readme) if pattern.search(readme) else readme
+        found = pattern.search(readme)
+        if found:
+            readme = readme[:found.start()] + block + readme[found.end():]
     (ROOT / "README.md").write_text(readme)
 
 

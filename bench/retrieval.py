@@ -16,6 +16,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_sys
 from realm_core.retrieval.index import MipsIndex
 
 
-def ann_recall(vectors: np.ndarray, queries: np.ndarray, factories: list[str], k: int = 10) -> list[dict]:
+def ann_recall(vectors: np.ndarray, queries: np.ndarray, factories: list[str], k: int = 10) -> list[dict[str, Any]]:
     """recall@k of each faiss factory against exact inner-product search, same vectors."""
     ids = np.arange(len(vectors), dtype=np.int64)
     exact = MipsIndex.build(vectors.shape[1], "Flat")
@@ -66,13 +67,12 @@ def main() -> None:
     stages = Resolver(cfg, store)
     blocks, ict = stages.run("chunk"), stages.run("ict")
     systems = standard_systems(ict.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim, cfg.ict.seed)
-    result = run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval, NoProgress())
+    result = run_evaluate_retrieval(store, stages.ref("chunk"), systems, cfg.retrieval_eval, NoProgress())
     manifest = store.open(result.ref).manifest
     print(result.report)
 
     # approximate search on the real ICT block embeddings (uniform random vectors say nothing)
-    emb = stages.run("embed")  # the pipeline's: the ICT document encoder
-    art = store.open(emb.ref)
+    art = store.open(stages.ref("embed"))  # the pipeline's: the ICT document encoder
     vectors = load_embeddings(Path(art.path) / "embeddings", art.manifest["embeddings"], blocks.stats["blocks"])
     rng = np.random.default_rng(0)
     queries = vectors[rng.choice(len(vectors), min(1000, len(vectors)), replace=False)]

@@ -81,7 +81,9 @@ def concurrent(url: str, path: str, queries: list[str], clients: int, seconds: f
     `seconds`; every non-200 or transport error is counted."""
     import httpx
 
-    done, errors, latencies = threading.Event(), [], []
+    done = threading.Event()
+    errors: list[str] = []
+    latencies: list[float] = []
     lock = threading.Lock()
 
     def client(i: int) -> None:
@@ -91,11 +93,14 @@ def concurrent(url: str, path: str, queries: list[str], clients: int, seconds: f
                 t = time.perf_counter()
                 try:
                     r = c.get(path, params={"q": queries[j % len(queries)], **params}, timeout=300)
-                    ok = r.status_code == 200
+                    error = None if r.status_code == 200 else repr(r)[:200]
                 except httpx.HTTPError as e:
-                    ok, r = False, e
+                    error = repr(e)[:200]
                 with lock:
-                    (latencies if ok else errors).append(time.perf_counter() - t if ok else repr(r)[:200])
+                    if error is None:
+                        latencies.append(time.perf_counter() - t)
+                    else:
+                        errors.append(error)
                 j += clients
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]

@@ -54,12 +54,12 @@ def main() -> None:
     cfg = load_config("demo", overrides=[f"spans.n_process={args.n_process}",
                                          f"spans.batch_size={args.batch_size}"])
     store = ArtifactStore(WORK / "artifacts")
-    blocks_all = Resolver(cfg, store).run("chunk")
-    table = store.open(blocks_all.ref).read_table("blocks").slice(0, args.blocks)
+    blocks_all = Resolver(cfg, store).ref("chunk")
+    table = store.open(blocks_all).read_table("blocks").slice(0, args.blocks)
     with store.write("blocks", f"bench-first-{args.blocks}", config={}, config_hash="bench",
-                     inputs={"blocks": blocks_all.ref.content_hash}) as w:
+                     inputs={"blocks": blocks_all.content_hash}) as w:
         w.table("blocks").write(table)
-        w.extra_manifest["tokenizer"] = store.open(blocks_all.ref).manifest["tokenizer"]
+        w.extra_manifest["tokenizer"] = store.open(blocks_all).manifest["tokenizer"]
     ref = store.lookup("blocks", f"bench-first-{args.blocks}").ref  # type: ignore[union-attr]
     texts = [t for t in table.column("text").to_pylist() if t and t.strip()]
     n_sentences = sum(len(sentence_spans(t)) for t in texts)

@@ -19,13 +19,14 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from peers import write_result  # noqa: E402
 
-from realm_core.artifacts import ArtifactStore
+from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig, load_config, work_dir
 from realm_core.graph import Resolver
 from realm_core.progress import NoProgress
@@ -38,22 +39,22 @@ def budget(steps: int, batch: int, tokens: int) -> dict[str, int]:
             "tokens": steps * batch * tokens}
 
 
-def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: object, spans: object,
-              retriever: object) -> dict[str, object]:
+def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: ArtifactRef, spans: ArtifactRef,
+              retriever: ArtifactRef) -> dict[str, Any]:
     """REALM pretraining from `retriever`, then fine-tuning and SQuAD-open exact match."""
     from realm_core.openqa.evaluation import run_evaluate_openqa
     from realm_core.openqa.finetune_stage import qa_systems, run_finetune
     from realm_core.openqa.questions_stage import run_load_questions
     from realm_core.pretrain.stage import run_pretrain
 
-    realm = run_pretrain(store, blocks.ref, spans.ref, retriever.ref, cfg.pretrain, cfg.masking,  # type: ignore[attr-defined]
+    realm = run_pretrain(store, blocks, spans, retriever, cfg.pretrain, cfg.masking,
                          cfg.embed, cfg.index, NoProgress())
     questions = run_load_questions(store, cfg.questions)
-    system = next(s for s in qa_systems(retriever.ref, realm.ref, cfg.embed, cfg.ict.encoder)  # type: ignore[attr-defined]
+    system = next(s for s in qa_systems(retriever, realm.ref, cfg.embed, cfg.ict.encoder)
                   if s.key == "realm")
-    model = run_finetune(store, blocks.ref, questions.ref, system, cfg.finetune, NoProgress())  # type: ignore[attr-defined]
+    model = run_finetune(store, blocks, questions.ref, system, cfg.finetune, NoProgress())
     evaluation = cfg.openqa_eval.model_copy(update={"datasets": ("squad-open",)})
-    result = run_evaluate_openqa(store, blocks.ref, questions.ref, [(system, model.ref)],  # type: ignore[attr-defined]
+    result = run_evaluate_openqa(store, blocks, questions.ref, [(system, model.ref)],
                                  cfg.finetune, evaluation, NoProgress())
     squad = store.open(result.ref).manifest["results"]["squad-open"]
     return {"realm_model": realm.ref.path, **squad["systems"][system.name], "questions": squad["questions"]}
@@ -74,18 +75,18 @@ def main() -> None:
     stages = Resolver(cfg, store)
     print(f"training ICT ({cfg.ict.steps} steps x {cfg.ict.batch_size} x "
           f"{cfg.ict.query_length}+{cfg.ict.block_length} tokens) unless cached")
-    blocks, spans, ict = stages.run("chunk"), stages.run("spans"), stages.run("ict")
+    blocks, spans, ict = stages.ref("chunk"), stages.ref("spans"), stages.run("ict")
     warm = {"RetroMAE": cfg.retromae,
             "RetroMAE, plain decoder": cfg.retromae.model_copy(update={"enhanced_decoding": False})}
     trained = {}
     for name, config in warm.items():
         print(f"training {name} ({config.steps} steps x {config.batch_size} x {config.block_length} tokens)")
-        trained[name] = run_warm_start_retromae(store, blocks.ref, config, NoProgress())
+        trained[name] = run_warm_start_retromae(store, blocks, config, NoProgress())
         print(f"  {trained[name].stats}")
     systems = [s for s in standard_systems(ict.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim,
                                            cfg.ict.seed, {k: v.ref for k, v in trained.items()})
                if s.name != "BM25" and "reference" not in s.note]
-    evaluation = run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval, NoProgress())
+    evaluation = run_evaluate_retrieval(store, blocks, systems, cfg.retrieval_eval, NoProgress())
     print(evaluation.report)
     manifest = store.open(evaluation.ref).manifest
     budgets = {"ICT": budget(cfg.ict.steps, cfg.ict.batch_size, cfg.ict.query_length + cfg.ict.block_length),
@@ -96,13 +97,14 @@ def main() -> None:
         "results": manifest["results"], "systems": manifest["systems"],
     }
     if args.openqa:
-        start = {"ICT": ict, "RetroMAE": trained["RetroMAE"]}
-        out_json["openqa"] = {}
+        start = {"ICT": stages.ref("ict"), "RetroMAE": trained["RetroMAE"].ref}
+        openqa: dict[str, Any] = {}
+        out_json["openqa"] = openqa
         for name, retriever in start.items():
             pre = cfg.model_copy(update={"pretrain": cfg.pretrain.model_copy(
                 update={"warm_start": "ict" if name == "ICT" else "retromae"})})
-            out_json["openqa"][name] = openqa_em(store, pre, blocks, spans, retriever)  # type: ignore[index]
-            print(f"REALM from {name}: {out_json['openqa'][name]}")  # type: ignore[index]
+            openqa[name] = openqa_em(store, pre, blocks, spans, retriever)
+            print(f"REALM from {name}: {openqa[name]}")
     out_json["seconds"] = round(time.perf_counter() - t0, 1)
     write_result("warm_start", out_json)
 
