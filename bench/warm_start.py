@@ -76,6 +76,7 @@ def main() -> None:
     print(f"training ICT ({cfg.ict.steps} steps x {cfg.ict.batch_size} x "
           f"{cfg.ict.query_length}+{cfg.ict.block_length} tokens) unless cached")
     blocks, spans, ict = stages.ref("chunk"), stages.ref("spans"), stages.run("ict")
+    ict_ref = stages.ref("ict")  # the same memoised artifact as `ict`, as a ref that is never None
     warm = {"RetroMAE": cfg.retromae,
             "RetroMAE, plain decoder": cfg.retromae.model_copy(update={"enhanced_decoding": False})}
     trained = {}
@@ -83,7 +84,7 @@ def main() -> None:
         print(f"training {name} ({config.steps} steps x {config.batch_size} x {config.block_length} tokens)")
         trained[name] = run_warm_start_retromae(store, blocks, config, NoProgress())
         print(f"  {trained[name].stats}")
-    systems = [s for s in standard_systems(ict.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim,
+    systems = [s for s in standard_systems(ict_ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim,
                                            cfg.ict.seed, {k: v.ref for k, v in trained.items()})
                if s.name != "BM25" and "reference" not in s.note]
     evaluation = run_evaluate_retrieval(store, blocks, systems, cfg.retrieval_eval, NoProgress())
@@ -97,7 +98,7 @@ def main() -> None:
         "results": manifest["results"], "systems": manifest["systems"],
     }
     if args.openqa:
-        start = {"ICT": stages.ref("ict"), "RetroMAE": trained["RetroMAE"].ref}
+        start = {"ICT": ict_ref, "RetroMAE": trained["RetroMAE"].ref}
         openqa: dict[str, Any] = {}
         out_json["openqa"] = openqa
         for name, retriever in start.items():
