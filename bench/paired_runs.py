@@ -5,6 +5,11 @@ figures are copied beside them.
 
     .venv/bin/python bench/paired_runs.py bench/results/openqa_bm25.json \\
         bench/results/openqa_bm25_warmup.json --name openqa_reader_start
+
+A side is a `realm evaluate --json` file (each question's outcome read from the file where it
+keeps them, else from the predictions of the artifact it names) or side a or b of an earlier
+result of this script (`RESULT.json:a`): the result keeps both sides' outcomes, so a later run
+pairs with either after their artifacts are gone.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -20,27 +26,63 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from peers import write_result  # noqa: E402
 
+from realm_core.errors import RealmError
+from realm_core.openqa import outcomes
+from realm_core.openqa.outcomes import Outcomes
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
 
 
-def correct(artifact: str, dataset: str) -> dict[str, dict[str, bool]]:
-    """system -> qid -> correct, on one dataset of one evaluation artifact."""
-    out: dict[str, dict[str, bool]] = {}
-    for r in pq.read_table(Path(artifact) / "openqa_predictions").to_pylist():
-        if r["dataset"] == dataset:
-            out.setdefault(r["system"], {})[r["qid"]] = r["correct"]
-    return out
+def load_side(arg: str, dataset: str) -> tuple[dict[str, Any], Outcomes]:
+    """One side of the pairing: (the run's figures as the result keeps them, its outcomes on
+    `dataset`), from a `realm evaluate --json` file or a side of an earlier result (`RESULT.json:a`)."""
+    path, side = (arg[:-2], arg[-1]) if arg.endswith((":a", ":b")) else (arg, "")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{path}: not a readable JSON file ({e})") from None
+    if side:
+        if "outcomes" not in data:
+            raise SystemExit(f"{path}: written before paired results kept each question's outcome; "
+                             "pair the run's own `realm evaluate --json` file instead")
+        if data["dataset"] != dataset:
+            raise SystemExit(f"{path}: paired on {data['dataset']}, not {dataset}")
+        return data["runs"][side], _decode(data["outcomes"][side], f"{path} (side {side})")
+    if "artifact" not in data:
+        raise SystemExit(f"{path}: not a `realm evaluate --json` file (no 'artifact'); "
+                         "for a side of an earlier pairing, write RESULT.json:a or :b")
+    # each run's own figures beside the differences (EM, F1, R@k per system; the gold-paragraph
+    # phase's budget and dev curve; each system's budget, the open-domain phase's curve and
+    # seconds among it; the warm starts' stats and configs; the evaluation's stats and peak
+    # memory), so what README quotes of either run is in the file
+    run = {"json": path, "systems": data["results"][dataset]["systems"],
+           "gold_reader": data.get("gold_reader"), "budget": data.get("budget"),
+           "finetune": data.get("finetune"), "warm_starts": data.get("warm_starts"),
+           "warm_start_configs": data.get("warm_start_configs"),
+           "evaluation": data.get("stats"), "peak_rss_gb": data.get("peak_rss_gb")}
+    if dataset in data.get("outcomes", {}):
+        return run, _decode(data["outcomes"][dataset], path)
+    predictions = Path(data["artifact"]) / "openqa_predictions"
+    if not predictions.exists():
+        raise SystemExit(f"{path}: its evaluation artifact {data['artifact']} is gone and the file keeps no "
+                         "outcomes (written before `realm evaluate --json` kept them)")
+    return run, outcomes.from_predictions(pq.read_table(predictions).to_pylist(), dataset)
+
+
+def _decode(kept: dict[str, Any], where: str) -> Outcomes:
+    try:
+        return outcomes.decode(kept, where)
+    except RealmError as e:
+        raise SystemExit(str(e)) from None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("a", type=Path)
-    ap.add_argument("b", type=Path)
+    ap.add_argument("a", help="a `realm evaluate --json` file, or RESULT.json:a|b (a side of an earlier result)")
+    ap.add_argument("b", help="the same, for the side subtracted")
     ap.add_argument("--dataset", default="squad-open")
     ap.add_argument("--name", required=True, help="bench/results/<name>.json")
     args = ap.parse_args()
-    runs = {p: json.loads(p.read_text()) for p in (args.a, args.b)}
-    a, b = (correct(run["artifact"], args.dataset) for run in runs.values())
+    (run_a, a), (run_b, b) = (load_side(arg, args.dataset) for arg in (args.a, args.b))
     rows = {}
     for system in sorted(set(a) & set(b)):
         qids = sorted(a[system])
@@ -50,18 +92,9 @@ def main() -> None:
         delta, lo, hi = paired_bootstrap(x, y)
         rows[system] = {"questions": len(qids), "delta": delta, "ci95": [lo, hi], "mcnemar_p": mcnemar_p(x, y)}
         print(f"{system}: {100 * delta:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] on {len(qids)} questions")
-    # each run's own figures beside the differences (EM, F1, R@k per system; the gold-paragraph
-    # phase's budget and dev curve; each system's budget, the open-domain phase's curve and
-    # seconds among it; the warm starts' stats and configs; the evaluation's stats and peak memory), so what
-    # README quotes of either run is in the file
-    runs_out = {side: {"json": str(path), "systems": run["results"][args.dataset]["systems"],
-                       "gold_reader": run.get("gold_reader"), "budget": run.get("budget"),
-                       "finetune": run.get("finetune"), "warm_starts": run.get("warm_starts"),
-                       "warm_start_configs": run.get("warm_start_configs"),
-                       "evaluation": run.get("stats"), "peak_rss_gb": run.get("peak_rss_gb")}
-                for side, (path, run) in zip(("a", "b"), runs.items(), strict=True)}
-    write_result(args.name, {"a": str(args.a), "b": str(args.b), "dataset": args.dataset, "paired": rows,
-                             "runs": runs_out})
+    write_result(args.name, {"a": args.a, "b": args.b, "dataset": args.dataset, "paired": rows,
+                             "runs": {"a": run_a, "b": run_b},
+                             "outcomes": {"a": outcomes.encode(a), "b": outcomes.encode(b)}})
 
 
 if __name__ == "__main__":

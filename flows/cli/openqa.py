@@ -27,6 +27,7 @@ from flows.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from realm_core.artifacts import Artifact
     from realm_core.graph import StageRun
 
 Systems = Annotated[list[str] | None, typer.Option(
@@ -102,10 +103,21 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         report("open-QA evaluation", run)
         out.print(run.report)
         assert run.ref is not None
-        m = stages.store.open(run.ref).manifest
+        artifact = stages.store.open(run.ref)
+        m = artifact.manifest
         write_json(json_out, {"preset": preset, "artifact": run.ref.path} | {
             k: m[k] for k in ("results", "systems", "budget", "temperatures", "gold_reader", "finetune", "stats")}
-            | warm_start_record(stages.runs) | {"peak_rss_gb": peak_memory(stages.runs)})
+            | warm_start_record(stages.runs) | {"peak_rss_gb": peak_memory(stages.runs)}
+            | ({"outcomes": question_outcomes(artifact)} if json_out else {}))
+
+
+def question_outcomes(artifact: Artifact) -> dict[str, dict[str, Any]]:
+    """dataset -> each question's outcome per system, so that the file pairs with another run
+    question by question (bench/paired_runs.py) after the artifact is gone."""
+    from realm_core.openqa import outcomes
+
+    rows = artifact.read_table("openqa_predictions", ["dataset", "system", "qid", "correct"]).to_pylist()
+    return {d: outcomes.encode(outcomes.from_predictions(rows, d)) for d in sorted({r["dataset"] for r in rows})}
 
 
 def peak_memory(runs: dict[str, StageRun]) -> dict[str, float] | None:

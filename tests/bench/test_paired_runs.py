@@ -5,6 +5,7 @@ and the table's row label built from it."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -62,6 +63,8 @@ def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_
     assert p["ci95"][0] <= 0.3 <= p["ci95"][1]
     assert result["runs"]["a"]["warm_start_configs"] == {"ict": {"block_length": 288, "micro_batch": 64}}
     assert result["runs"]["b"]["warm_start_configs"] == {"ict": {"block_length": 64, "micro_batch": 64}}
+    assert result["outcomes"]["a"] == {"qids": [f"q{i}" for i in range(10)], "correct": {SYSTEM: "1111110000"}}
+    assert result["outcomes"]["b"]["correct"] == {SYSTEM: "1110000000"}
 
     rows = readme_tables.open_phase_table(result).splitlines()
     assert rows[0].startswith("| ICT: steps x contexts, training | open-domain phase | dev EM by step (40 dev questions)")
@@ -100,3 +103,46 @@ def test_a_pairing_note_names_how_the_two_phases_differ() -> None:
     assert readme_tables._phases(pair({"steps": 600, "learning_rate": 1e-4}, {"steps": 600, "learning_rate": 5e-5})) \
         == "with open-domain phases at lr 1e-4 and 5e-5"
     assert readme_tables._phases(pair({"steps": 300}, {"steps": 300})) == "both with the open-domain phase"
+
+
+def test_a_side_of_an_earlier_result_pairs_as_its_run_did(tmp_path, monkeypatch):
+    """The outcomes a result keeps stand in for a run whose artifacts are gone: pairing a new run
+    with `t.json:a` gives what pairing it with that run's own file gave, its figures included; a
+    `realm evaluate --json` file that keeps outcomes needs no artifact; a result from before
+    outcomes were kept, or a run file whose artifact is gone and keeps none, is refused by name."""
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    monkeypatch.setattr(peers, "RESULTS", results)
+    a = _run(tmp_path, "open", 288, [True] * 6 + [False] * 4, phase_steps=20)
+    b = _run(tmp_path, "base", 64, [True] * 3 + [False] * 7, phase_steps=0)
+    c = _run(tmp_path, "longer", 288, [False] + [True] * 8 + [False], phase_steps=40)
+
+    def pair(x: object, y: object, name: str) -> dict:
+        monkeypatch.setattr(sys, "argv", ["paired_runs.py", str(x), str(y), "--name", name])
+        paired_runs.main()
+        return json.loads((results / f"{name}.json").read_text())
+
+    pair(a, b, "t")
+    direct = pair(c, a, "direct")
+    kept = pair(c, f"{results / 't.json'}:a", "kept")
+    assert kept["paired"] == direct["paired"]
+    assert kept["paired"][SYSTEM]["delta"] == pytest.approx(0.2)  # c gains q6-q8, loses q0
+    assert kept["runs"]["b"] == direct["runs"]["b"] and kept["runs"]["b"]["json"] == str(a)
+    assert kept["outcomes"]["b"]["correct"] == {SYSTEM: "1111110000"}
+    assert pair(f"{results / 't.json'}:b", c, "reversed")["paired"][SYSTEM]["delta"] == pytest.approx(-0.5)
+
+    # a run file that keeps its outcomes (as `realm evaluate --json` now writes) needs no artifact
+    run = json.loads(c.read_text())
+    run["outcomes"] = {"squad-open": json.loads((results / "direct.json").read_text())["outcomes"]["a"]}
+    c.write_text(json.dumps(run))
+    shutil.rmtree(tmp_path / "openqa_eval" / "longer")
+    assert pair(c, a, "no_artifact")["paired"] == direct["paired"]
+
+    old = json.loads((results / "t.json").read_text())
+    del old["outcomes"]
+    (results / "old.json").write_text(json.dumps(old))
+    with pytest.raises(SystemExit, match="old.json: written before paired results kept each question's outcome"):
+        pair(c, f"{results / 'old.json'}:a", "x")
+    shutil.rmtree(tmp_path / "openqa_eval" / "base")
+    with pytest.raises(SystemExit, match=r"base.json: its evaluation artifact .*base is gone and the file keeps no outcomes"):
+        pair(a, b, "x")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -135,6 +136,13 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(tiny_upstream: Tiny
     assert result["peak_rss_gb"]["process"] > 0.1
     predictions = one_artifact(tmp_path / "art", "openqa_eval") / "openqa_predictions"
     assert any(predictions.glob("*.parquet"))
+    # each question's outcome per system, as the predictions table has it: the file pairs with
+    # another run (bench/paired_runs.py) after the artifact is gone
+    kept = result["outcomes"]["squad-open"]
+    rows = [r for r in pq.read_table(predictions).to_pylist() if r["dataset"] == "squad-open"]
+    assert len(kept["qids"]) == 12 and set(kept["correct"]) == set(squad["systems"])
+    assert sorted((r["system"], r["qid"], "1" if r["correct"] else "0") for r in rows) == sorted(
+        (system, q, marks[i]) for system, marks in kept["correct"].items() for i, q in enumerate(kept["qids"]))
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
     assert r.returncode == 0 and "(cached)" in r.stdout, r.stdout
     _search_and_ask(root, tmp_path)
