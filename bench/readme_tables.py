@@ -299,9 +299,9 @@ def _open_phase_row(run: Result, system: str, paired: Result | None) -> str:
     else:
         query = "trained" if ft["train_query_encoder"] else "frozen"
         rate = f" at lr {_lr(ft['learning_rate'])}" if ft.get("learning_rate") else ""  # older runs: unknown
-        phase = (f"{ft['steps']} steps x {ft['batch_size']}{rate}, query encoder {query}: {o['examples_seen']:,} "
+        phase = (f"{ft['steps']:,} steps x {ft['batch_size']}{rate}, query encoder {query}: {o['examples_seen']:,} "
                  f"examples, {o['epochs']} epochs, {o['wall_seconds']:,.0f} s")
-    curve = ", ".join(f"{step:.0f}: {100 * em:.1f}" for step, em in o.get("dev_curve", [])) or "-"
+    curve = ", ".join(f"{step:,.0f}: {100 * em:.1f}" for step, em in o.get("dev_curve", [])) or "-"
     gain = "-" if paired is None else f"**{_interval(paired['delta'], paired['ci95'])}**, p {paired['mcnemar_p']:.2g}"
     return (f"| {ict} | {phase} | {curve} | {100 * m['R@5']:.1f} | {100 * m['EM']:.1f} / {100 * m['F1']:.1f} | "
             f"{gain} |")
@@ -314,7 +314,9 @@ OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_ope
                        ("openqa_ict288_600_open_test", "openqa_ict288_600_vs_ict_open_test",
                         "ICT on 288-wordpiece blocks with a 600-step phase", "the demo's ICT"),
                        ("openqa_ict288_600_lr1e-4_open_test", "openqa_ict288_600_lr1e-4_vs_5e-5_open_test",
-                        "ICT on 288-wordpiece blocks with a 600-step phase", "the same ICT"))
+                        "ICT on 288-wordpiece blocks with a 600-step phase", "the same ICT"),
+                       ("openqa_ict288_1200_open_test", "openqa_ict288_1200_vs_600_open_test",
+                        "ICT on 288-wordpiece blocks with a 1,200-step phase", "the same ICT"))
 """(result, pairing, label, what the pairing's second side is): the rows below the first two."""
 
 
@@ -335,10 +337,10 @@ def _phases(pair: Result) -> str:
 def open_phase_table(result: Result) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
-    288-wordpiece blocks, those with a phase twice as long, that phase at twice the rate), each
-    paired with the first row on the same test questions, and below the table with the run it
-    varies, naming how the two sides' phases differ (bench/results/openqa_ict_open_test.json
-    and its siblings, where present)."""
+    288-wordpiece blocks, those with a phase twice as long, that phase at twice the rate, a phase
+    four times as long), each paired with the first row on the same test questions, and below
+    the table with the run it varies, naming how the two sides' phases differ
+    (bench/results/openqa_ict_open_test.json and its siblings, where present)."""
     system = "ICT (ORQA-like)"
     rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]
     notes = []
