@@ -79,7 +79,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a", help="a `realm evaluate --json` file, or RESULT.json:a|b (a side of an earlier result)")
     ap.add_argument("b", help="the same, for the side subtracted")
-    ap.add_argument("--dataset", default="squad-open")
+    ap.add_argument("--dataset", default="squad-open",
+                    help="the dataset whose questions are paired (default: squad-open; also nq, wq, ct)")
     ap.add_argument("--name", required=True, help="bench/results/<name>.json")
     args = ap.parse_args()
     (run_a, a), (run_b, b) = (load_side(arg, args.dataset) for arg in (args.a, args.b))

@@ -67,6 +67,8 @@ def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
              nproc: Nproc = 1) -> None:
     """questions + blocks + retriever -> [bold]fine-tuned open-QA system[/] (REALM §3.4): the document encoder and its index frozen, the query encoder and the span reader trained on the top-5 blocks, p(y|x) marginalised over every matching span. Each system gets the same budget. Killed runs resume from their last checkpoint when rerun.
 
+    Two phases: the span reader first reads each train question's own paragraph (finetune.gold_passage, DPR's reader phase, the best of its dev evaluations kept; one reader per reader start, shared by the systems), then each system trains on its own top-5 blocks for finetune.steps (0: none; the demo preset runs none); finetune.train_query_encoder=false keeps the retriever as warm-started.
+
     Example: realm finetune --system ict --system realm --set finetune.steps=300
 
     Data parallel: realm finetune --nproc 2 (or torchrun ... -m flows.cli finetune)"""
@@ -89,6 +91,8 @@ def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
 def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
              root: Root = None, force: Force = False, system: Systems = None, json_out: JsonOut = None) -> None:
     """Open-QA exact match of each system on NQ, WebQuestions, CuratedTREC and SQuAD-open (REALM Table 1): full split and answerable subset, recall@5, a predictions table to inspect. Fine-tunes what is not cached.
+
+    The --json file also keeps each question's outcome per system, so that two runs pair question by question (python bench/paired_runs.py A.json B.json --name NAME) after their artifacts are gone.
 
     Example: realm evaluate --preset demo --json work/reports/openqa.json"""
     with errors():
