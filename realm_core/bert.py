@@ -33,6 +33,26 @@ def resolve_encoder_dir(spec: str) -> Path:
     return path.resolve()
 
 
+# the files Hugging Face's tokenizer loading reads from a BERT directory (config.json aside: it
+# names the model, and a change to its dropout must not re-chunk a corpus)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json")
+
+
+def tokenizer_hash(spec: str) -> str:
+    """Content hash of the tokenizer files of an encoder directory: what decides its wordpieces."""
+    import hashlib
+
+    from realm_core.artifacts import sha256_file
+
+    directory = resolve_encoder_dir(spec)
+    h = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        if (directory / name).is_file():
+            h.update(f"{name}:{sha256_file(directory / name)}\n".encode())
+    return h.hexdigest()
+
+
 @lru_cache(maxsize=4)
 def load_tokenizer(spec: str) -> Any:
     from transformers import AutoTokenizer

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.bert import load_tokenizer, load_wordpieces
+from realm_core.bert import load_tokenizer, load_wordpieces, tokenizer_hash
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import ChunkConfig
 from realm_core.errors import RealmError
@@ -132,7 +132,9 @@ def chunk_document(backend: Any, doc: dict[str, Any], max_wordpieces: int,
 def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
               progress: Progress | None = None, force: bool = False) -> StageResult:
     progress = progress or NoProgress()
-    inputs = {"documents": documents.content_hash,
+    # the path is in the config (the spans and masking stages load it from the manifest); the
+    # files' content is here, so that a vocabulary changed in place is not served stale blocks
+    inputs = {"documents": documents.content_hash, "tokenizer": tokenizer_hash(config.encoder),
               "code": code_version((__name__,), ("tokenizers",))}
     cache = CachedStage(store, "blocks", config, inputs, force)
     if cache.hit:

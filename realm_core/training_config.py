@@ -20,6 +20,8 @@ class ICTConfig(StageConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "micro_batch", "device"})
+    # The stages hash the encoder's weights and configs (`encoder_hash`), not its path: a moved copy hits the cache.
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"encoder"})
 
     encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
     projection_dim: int = Field(128, ge=0, description="size of the head over the pooled state (ORQA: 128); "
@@ -51,6 +53,8 @@ class RetroMAEConfig(StageConfig):
     """RetroMAE warm start (Xiao et al. 2022): masked auto-encoding through a [CLS] bottleneck."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
+    # The stages hash the encoder's weights and configs (`encoder_hash`), not its path: a moved copy hits the cache.
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"encoder"})
 
     encoder: str = Field(BUNDLED_ENCODER, description="BERT the encoder starts from")
     projection_dim: int = Field(0, ge=0, description="0: the [CLS] state itself (RetroMAE's embedding)")
@@ -96,6 +100,8 @@ class PretrainConfig(StageConfig):
     """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
+    # The stages hash the encoder's weights and configs (`encoder_hash`), not its path: a moved copy hits the cache.
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"reader_encoder"})
 
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")

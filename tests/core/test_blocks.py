@@ -1,9 +1,14 @@
+import json
 import re
+import shutil
 from collections import Counter
+from pathlib import Path
 
-from realm_core.bert import load_tokenizer, load_wordpieces
-from realm_core.blocks import chunk_document, chunk_spans, segments, sentence_starts
-from realm_core.config import BUNDLED_ENCODER
+from realm_core.artifacts import ArtifactStore, StageResult
+from realm_core.bert import load_tokenizer, load_wordpieces, resolve_encoder_dir
+from realm_core.blocks import chunk_document, chunk_spans, run_chunk, segments, sentence_starts
+from realm_core.config import BUNDLED_ENCODER, ChunkConfig, IngestConfig, SourceSpec
+from realm_core.ingest.stage import run_ingest
 
 
 def test_sentence_starts() -> None:
@@ -73,3 +78,34 @@ def test_a_huge_page_is_chunked_segment_by_segment() -> None:
         assert text[b["char_start"]:b["char_end"]] == b["text"]
     assert re.sub(r"\s", "", "".join(b["text"] for b in blocks)) == re.sub(r"\s", "", text)
     assert [b["char_start"] for b in blocks] == sorted(b["char_start"] for b in blocks)
+
+
+def test_blocks_are_cut_again_when_the_tokenizer_changes_in_place(tmp_path: Path) -> None:
+    """The chunk stage's key holds the tokenizer files' content, not only their path: a
+    vocabulary edited in place (here: cased) is not served the blocks the old one cut."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": 1, "title": "Words", "text": "Antidisestablishmentarianism and "
+                                  "Floccinaucinihilipilification are long words."}) + "\n")
+    tok = tmp_path / "tokenizer"
+    shutil.copytree(resolve_encoder_dir(BUNDLED_ENCODER), tok, ignore=shutil.ignore_patterns("*.safetensors"))
+    store = ArtifactStore(tmp_path / "art")
+    docs = run_ingest(store, IngestConfig(sources=(SourceSpec(kind="jsonl", path=str(corpus)),))).ref
+    config = ChunkConfig(encoder=str(tok), max_wordpieces=64)
+
+    def wordpieces(result: StageResult) -> list[int]:
+        return list(store.open(result.ref, kind="blocks").read_table("blocks", ["n_wordpieces"]).column(0).to_pylist())
+
+    first = run_chunk(store, docs, config)
+    assert run_chunk(store, docs, config).cached
+    for name in ("tokenizer_config.json", "tokenizer.json"):  # lowercasing off, in both files
+        spec = json.loads((tok / name).read_text())
+        spec.get("normalizer", spec)["lowercase" if name == "tokenizer.json" else "do_lower_case"] = False
+        (tok / name).write_text(json.dumps(spec))
+    load_tokenizer.cache_clear()  # this process's copies; a new process reads the files anyway
+    load_wordpieces.cache_clear()
+    second = run_chunk(store, docs, config)
+    assert not second.cached and second.ref.path != first.ref.path
+    # the cased tokenizer reads the capitalised words as [UNK]: the old blocks' counts are wrong for it
+    assert wordpieces(second) != wordpieces(first)
+    load_tokenizer.cache_clear()
+    load_wordpieces.cache_clear()

@@ -107,6 +107,19 @@ def test_config_hash_ignores_execution_fields_only() -> None:
         assert (nested.config_hash() == pretrain.config_hash()) is same, change
 
 
+def test_config_hash_leaves_out_where_an_encoder_is_not_what_it_is() -> None:
+    """The stages that train from an encoder put its content hash among their cache inputs, so its
+    path is a location: a moved or copied BERT directory is the same key. The chunk stage loads its
+    tokenizer again from the path its blocks record, so there the path stays in the key."""
+    cfg = load_config("tiny")
+    for stage, field in (("ict", "encoder"), ("retromae", "encoder"), ("pretrain", "reader_encoder"),
+                         ("embed", "doc_encoder")):
+        section = getattr(cfg, stage)
+        moved = section.model_copy(update={field: "/elsewhere/bert"})
+        assert moved.config_hash() == section.config_hash(), stage
+    assert cfg.chunk.model_copy(update={"encoder": "/elsewhere/bert"}).config_hash() != cfg.chunk.config_hash()
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     (["finetune.question_length=64", "finetune.reader_length=67"], "finetune.reader_length=67 cannot hold a "
      "finetune.question_length=64 query and one wordpiece of a block"),

@@ -14,6 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
+from realm_core.bert import resolve_encoder_dir
+from realm_core.config import BUNDLED_ENCODER
 from tests.conftest import TinyUpstream, one_artifact
 
 pytestmark = pytest.mark.slow
@@ -92,6 +94,13 @@ def test_warm_start_then_null_only_pretraining_from_the_command_line(tiny_upstre
     r = realm("warm-start", "--method", "ict", "--preset", "tiny", "--root", root, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "retriever (ICT)" in r.stdout and "ICT loss curve" in r.stdout
+    # the encoder is keyed by its content, not its path: a copy elsewhere is the same warm start
+    moved = tmp_path / "minilm-copy"
+    shutil.copytree(resolve_encoder_dir(BUNDLED_ENCODER), moved)
+    r = realm("warm-start", "--method", "ict", "--preset", "tiny", "--root", root, "--set", f"ict.encoder={moved}",
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "retriever (ICT) (cached)" in r.stdout
     r = realm("pretrain", "--preset", "tiny", "--root", root, "--retrieval", "null_only",
               "--set", "pretrain.steps=2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
