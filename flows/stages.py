@@ -113,8 +113,9 @@ def pretrain_realm(preset: str = "demo", config_file: str | None = None, overrid
 @flow(name="finetune-openqa", log_prints=True)
 def finetune_openqa(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
                     root: str | None = None, force: bool = False) -> dict[str, StageRun]:
-    """The query encoder and span reader of each system in openqa_eval.systems fine-tuned on
-    finetune.dataset's train split, the document encoder and index frozen (resumable)."""
+    """Each system in openqa_eval.systems fine-tuned on finetune.dataset's train split: its span
+    reader on each question's own paragraph, then with its query encoder on its own top-5 blocks
+    for finetune.steps, the document encoder and index frozen (resumable)."""
     from realm_core.graph import qa_keys
 
     cfg, _ = resolve(preset, config_file, overrides, root)

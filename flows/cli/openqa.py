@@ -65,9 +65,9 @@ def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
              dataset: Annotated[str | None, typer.Option(
                  help="questions dataset to train on (default: finetune.dataset, squad-open)")] = None,
              nproc: Nproc = 1) -> None:
-    """questions + blocks + retriever -> [bold]fine-tuned open-QA system[/] (REALM §3.4): the document encoder and its index frozen, the query encoder and the span reader trained on the top-5 blocks, p(y|x) marginalised over every matching span. Each system gets the same budget. Killed runs resume from their last checkpoint when rerun.
+    """questions + blocks + retriever -> [bold]fine-tuned open-QA system[/] (REALM §3.4) in two phases: the span reader reads each train question's own paragraph, then the reader and the query encoder train on the system's own top-5 blocks (the document encoder and its index frozen), p(y|x) marginalised over every matching span. Each system gets the same budget. Killed runs resume from their last checkpoint when rerun.
 
-    Two phases: the span reader first reads each train question's own paragraph (finetune.gold_passage, DPR's reader phase, the best of its dev evaluations kept; one reader per reader start, shared by the systems), then each system trains on its own top-5 blocks for finetune.steps (0: none; the demo preset runs none); finetune.train_query_encoder=false keeps the retriever as warm-started.
+    The first phase is finetune.gold_passage (DPR's reader phase, the best of its dev evaluations kept; one reader per reader start, shared by the systems); the second runs finetune.steps (0: none; the demo preset runs none), and finetune.train_query_encoder=false keeps the retriever as warm-started.
 
     Example: realm finetune --system ict --system realm --set finetune.steps=300
 
