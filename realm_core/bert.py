@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -39,18 +40,22 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
                    "added_tokens.json")
 
 
-def tokenizer_hash(spec: str) -> str:
-    """Content hash of the tokenizer files of an encoder directory: what decides its wordpieces."""
+def files_hash(directory: Path, names: Iterable[str]) -> str:
+    """sha256 over a `name:sha256` line per named file of `directory` that exists, in the order given."""
     import hashlib
 
     from realm_core.artifacts import sha256_file
 
-    directory = resolve_encoder_dir(spec)
     h = hashlib.sha256()
-    for name in TOKENIZER_FILES:
+    for name in names:
         if (directory / name).is_file():
             h.update(f"{name}:{sha256_file(directory / name)}\n".encode())
     return h.hexdigest()
+
+
+def tokenizer_hash(spec: str) -> str:
+    """Content hash of the tokenizer files of an encoder directory: what decides its wordpieces."""
+    return files_hash(resolve_encoder_dir(spec), TOKENIZER_FILES)
 
 
 @lru_cache(maxsize=4)

@@ -4,13 +4,12 @@ pretraining loop and the nightly schedule both run it)."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult, sha256_file
-from realm_core.bert import load_tokenizer, resolve_encoder_dir
+from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.bert import files_hash, load_tokenizer, resolve_encoder_dir
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.distributed import resolve_device, resolve_precision
@@ -25,11 +24,8 @@ from realm_core.retrieval.versions import KIND, publish_index, set_current, vers
 def encoder_hash(spec: str) -> str:
     """Content hash of an encoder directory's weights, head and configs."""
     directory = resolve_encoder_dir(spec)
-    h = hashlib.sha256()
-    for path in sorted(directory.iterdir()):
-        if path.is_file() and path.suffix in (".safetensors", ".json", ".txt", ".bin"):
-            h.update(f"{path.name}:{sha256_file(path)}\n".encode())
-    return h.hexdigest()
+    return files_hash(directory, sorted(p.name for p in directory.iterdir()
+                                        if p.suffix in (".safetensors", ".json", ".txt", ".bin")))
 
 
 def retriever_step(spec: str) -> int:

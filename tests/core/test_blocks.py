@@ -107,5 +107,3 @@ def test_blocks_are_cut_again_when_the_tokenizer_changes_in_place(tmp_path: Path
     assert not second.cached and second.ref.path != first.ref.path
     # the cased tokenizer reads the capitalised words as [UNK]: the old blocks' counts are wrong for it
     assert wordpieces(second) != wordpieces(first)
-    load_tokenizer.cache_clear()
-    load_wordpieces.cache_clear()
