@@ -74,7 +74,8 @@ def export(directory: Path) -> None:
     art = store.open(blocks)
     directory.mkdir(parents=True, exist_ok=True)
     pq.write_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]), directory / "blocks.parquet")
-    examples = list(iter_examples(art, store.open(spans), cfg.masking, load_tokenizer(BUNDLED_ENCODER)))
+    examples = list(iter_examples(art, store.open(spans), cfg.masking, load_tokenizer(BUNDLED_ENCODER),
+                                  encoders=[cfg.chunk.encoder]))
     pq.write_table(pa.Table.from_pylist([vars(e) for e in examples]), directory / "examples.parquet")
     pq.write_table(store.open(spans).read_table("sentences"), directory / "sentences.parquet")  # ICT's queries
     (directory / "tokenizer").mkdir(exist_ok=True)

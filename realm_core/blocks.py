@@ -9,14 +9,14 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer, load_wordpieces, tokenizer_hash
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import ChunkConfig
-from realm_core.errors import RealmError
+from realm_core.errors import ArtifactError, RealmError
 from realm_core.progress import NoProgress, Progress
 
 SPECIAL_TOKENS = 3  # [CLS], [SEP], [SEP]
@@ -132,8 +132,8 @@ def chunk_document(backend: Any, doc: dict[str, Any], max_wordpieces: int,
 def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
               progress: Progress | None = None, force: bool = False) -> StageResult:
     progress = progress or NoProgress()
-    # the path is in the config (the spans and masking stages load it from the manifest); the
-    # files' content is here, so that a vocabulary changed in place is not served stale blocks
+    # the tokenizer files' content, not their path (a location field): a vocabulary changed in
+    # place is not served stale blocks, and a moved or copied one finds the same blocks
     inputs = {"documents": documents.content_hash, "tokenizer": tokenizer_hash(config.encoder),
               "code": code_version((__name__,), ("tokenizers",))}
     cache = CachedStage(store, "blocks", config, inputs, force)
@@ -170,6 +170,28 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
             raise RealmError(f"{docs.path}: no blocks: every document is empty")
         stats["blocks"] = next_id
         out.extra_manifest["stats"] = dict(stats)
-        out.extra_manifest["tokenizer"] = {"encoder": config.encoder,
+        out.extra_manifest["tokenizer"] = {"encoder": config.encoder, "hash": inputs["tokenizer"],
                                            "vocab_size": tokenizer.vocab_size}
     return cache.result()
+
+
+def blocks_tokenizer(blocks: Artifact, encoders: Iterable[str] = ()) -> str:
+    """The encoder whose tokenizer cut `blocks`, to read their wordpieces again: the first of
+    `encoders` (the current config's), then the path the blocks record, whose tokenizer files
+    hash to the blocks' own. The path is where the tokenizer was when the blocks were cut; it may
+    have moved since (`chunk.encoder` is a location field)."""
+    recorded = blocks.manifest.get("tokenizer", {})
+    if "hash" not in recorded:
+        raise ArtifactError(f"{blocks.path}: manifest does not name the tokenizer of its blocks "
+                            "(cut before tokenizers were recorded by content: chunk again)")
+    tried: list[str] = []
+    for spec in dict.fromkeys([*encoders, str(recorded["encoder"])]):
+        try:
+            if tokenizer_hash(spec) == recorded["hash"]:
+                return spec
+        except RealmError:  # a directory that is gone or holds no model
+            pass
+        tried.append(spec)
+    raise ArtifactError(f"{blocks.path}: no tokenizer at hand cut these blocks (tokenizer files "
+                        f"sha256 {recorded['hash'][:12]}); tried {tried}: set chunk.encoder to "
+                        "the directory that cut them, or chunk again")

@@ -78,6 +78,8 @@ class ChunkConfig(StageConfig):
     """Documents to REALM blocks `[CLS] title [SEP] body [SEP]`."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_documents"})
+    # keyed by its tokenizer files' content instead (run_chunk's inputs)
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"encoder"})
 
     encoder: str = Field(BUNDLED_ENCODER, description="tokenizer source: bundled name or HF dir")
     max_wordpieces: int = Field(288, ge=16, description="REALM §3.4: blocks of up to 288 wordpieces")

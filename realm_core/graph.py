@@ -115,7 +115,7 @@ def _spans(i: StageInputs) -> StageResult:
     from realm_core.spans.mining import run_mine_spans
 
     return run_mine_spans(i.store, _ref(i, "chunk"), i.cfg.spans, i.progress, force=i.force,
-                          map_shards=_mapper(i, "spans"))
+                          map_shards=_mapper(i, "spans"), encoder=i.cfg.chunk.encoder)
 
 
 def _ict(i: StageInputs) -> StageResult:

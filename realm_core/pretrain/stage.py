@@ -23,6 +23,7 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
+from realm_core.blocks import blocks_tokenizer
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown, plot_curves
@@ -76,8 +77,8 @@ def _vocab_hash(spec: str) -> str:
 def _check_compatible(config: PretrainConfig, retriever: ArtifactRef | None, blocks: Any) -> None:
     """Refuse, before any training step, encoders that cannot read the blocks' wordpieces."""
     reader_vocab = _vocab_hash(config.reader_encoder)
-    blocks_encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
-    if blocks_encoder is not None and _vocab_hash(blocks_encoder) != reader_vocab:
+    blocks_encoder = blocks_tokenizer(blocks, [config.reader_encoder])
+    if _vocab_hash(blocks_encoder) != reader_vocab:
         raise ConfigError(f"{blocks.path}: blocks were cut with {blocks_encoder!r}, whose vocabulary "
                           f"differs from the reader's ({config.reader_encoder!r})")
     if retriever is not None:
@@ -143,7 +144,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     # masked examples; held-out articles never train
     counts: Counter[str] = Counter()
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
-    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts))
+    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts, [config.reader_encoder]))
     # whole articles held out; the test drawn at random over their examples (pretrain.seed)
     train, heldout = split_heldout(examples, config.heldout_every, config.eval_examples, config.seed)
     if len(train) < config.batch_size or not heldout:

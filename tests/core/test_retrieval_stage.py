@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.bert import load_tokenizer
+from realm_core.bert import load_tokenizer, tokenizer_hash
 from realm_core.config import BUNDLED_ENCODER, EmbedConfig, IndexConfig
 from realm_core.errors import RealmError
 from realm_core.retrieval.embed import embed_texts
@@ -17,7 +17,8 @@ def blocks(store: ArtifactStore, key: str, texts: list[str]):  # type: ignore[no
              "char_start": 0, "char_end": len(t)} for i, t in enumerate(texts)]
     with store.write("blocks", key, config={}, config_hash="c", inputs={}) as w:
         w.table("blocks").write(rows)
-        w.extra_manifest["tokenizer"] = {"encoder": BUNDLED_ENCODER, "vocab_size": 30522}
+        w.extra_manifest["tokenizer"] = {"encoder": BUNDLED_ENCODER, "hash": tokenizer_hash(BUNDLED_ENCODER),
+                                         "vocab_size": 30522}
     return store.lookup("blocks", key).ref
 
 

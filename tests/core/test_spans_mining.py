@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from realm_core.artifacts import ArtifactStore
-from realm_core.bert import load_tokenizer, load_wordpieces
+from realm_core.bert import load_tokenizer, load_wordpieces, tokenizer_hash
 from realm_core.config import BUNDLED_ENCODER, MaskingConfig, SpanConfig
 from realm_core.errors import ArtifactError
 from realm_core.spans.masking import iter_examples
@@ -68,7 +68,8 @@ def _blocks(store: ArtifactStore, texts: list[str]) -> object:
              "char_start": 0, "char_end": len(t)} for i, t in enumerate(texts)]
     with store.write("blocks", "b", config={}, config_hash="c", inputs={}) as w:
         w.table("blocks").write(rows)
-        w.extra_manifest["tokenizer"] = {"encoder": BUNDLED_ENCODER, "vocab_size": 30522}
+        w.extra_manifest["tokenizer"] = {"encoder": BUNDLED_ENCODER, "hash": tokenizer_hash(BUNDLED_ENCODER),
+                                         "vocab_size": 30522}
     return store.lookup("blocks", "b").ref
 
 
