@@ -63,6 +63,7 @@ def export(directory: Path) -> None:
 
     from realm_core.artifacts import ArtifactStore
     from realm_core.bert import load_tokenizer, resolve_encoder_dir
+    from realm_core.blocks import blocks_tokenizer
     from realm_core.config import BUNDLED_ENCODER, load_config, work_dir
     from realm_core.graph import Resolver
     from realm_core.spans.masking import iter_examples
@@ -75,7 +76,7 @@ def export(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     pq.write_table(art.read_table("blocks", ["block_id", "doc_id", "title", "text"]), directory / "blocks.parquet")
     examples = list(iter_examples(art, store.open(spans), cfg.masking, load_tokenizer(BUNDLED_ENCODER),
-                                  encoders=[cfg.chunk.encoder]))
+                                  encoder=blocks_tokenizer(art, {"chunk.encoder": cfg.chunk.encoder})))
     pq.write_table(pa.Table.from_pylist([vars(e) for e in examples]), directory / "examples.parquet")
     pq.write_table(store.open(spans).read_table("sentences"), directory / "sentences.parquet")  # ICT's queries
     (directory / "tokenizer").mkdir(exist_ok=True)

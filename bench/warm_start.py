@@ -48,7 +48,7 @@ def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: ArtifactRef, sp
     from realm_core.pretrain.stage import run_pretrain
 
     realm = run_pretrain(store, blocks, spans, retriever, cfg.pretrain, cfg.masking,
-                         cfg.embed, cfg.index, NoProgress())
+                         cfg.embed, cfg.index, NoProgress(), chunk_encoder=cfg.chunk.encoder)
     questions = run_load_questions(store, cfg.questions)
     system = next(s for s in qa_systems(retriever, realm.ref, cfg.embed, cfg.ict.encoder)
                   if s.key == "realm")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
@@ -175,23 +175,25 @@ def run_chunk(store: ArtifactStore, documents: ArtifactRef, config: ChunkConfig,
     return cache.result()
 
 
-def blocks_tokenizer(blocks: Artifact, encoders: Iterable[str] = ()) -> str:
+def blocks_tokenizer(blocks: Artifact, encoders: Mapping[str, str] | None = None) -> str:
     """The encoder whose tokenizer cut `blocks`, to read their wordpieces again: the first of
-    `encoders` (the current config's), then the path the blocks record, whose tokenizer files
-    hash to the blocks' own. The path is where the tokenizer was when the blocks were cut; it may
-    have moved since (`chunk.encoder` is a location field)."""
+    `encoders` (the current config's, by setting name, e.g. `{"chunk.encoder": path}`), then the
+    path the blocks record, whose tokenizer files hash to the blocks' own. The recorded path is
+    where the tokenizer was when the blocks were cut; it may have moved since (`chunk.encoder` is a
+    location field)."""
     recorded = blocks.manifest.get("tokenizer", {})
     if "hash" not in recorded:
         raise ArtifactError(f"{blocks.path}: manifest does not name the tokenizer of its blocks "
                             "(cut before tokenizers were recorded by content: chunk again)")
+    candidates = {**(encoders or {}), "the path the blocks record": str(recorded["encoder"])}
     tried: list[str] = []
-    for spec in dict.fromkeys([*encoders, str(recorded["encoder"])]):
+    for name, spec in candidates.items():
         try:
             if tokenizer_hash(spec) == recorded["hash"]:
                 return spec
         except RealmError:  # a directory that is gone or holds no model
             pass
-        tried.append(spec)
-    raise ArtifactError(f"{blocks.path}: no tokenizer at hand cut these blocks (tokenizer files "
-                        f"sha256 {recorded['hash'][:12]}); tried {tried}: set chunk.encoder to "
-                        "the directory that cut them, or chunk again")
+        tried.append(f"{name} {spec!r}")
+    raise ArtifactError(f"{blocks.path}: no tokenizer at hand cut these blocks (their tokenizer files "
+                        f"hash to {recorded['hash'][:12]}); tried {'; '.join(tried)}: set chunk.encoder "
+                        "to the directory that cut them, or chunk again")

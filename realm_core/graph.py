@@ -182,7 +182,8 @@ def _pretrain(i: StageInputs) -> StageResult:
     c = i.cfg
     retriever = _ref(i, c.pretrain.warm_start) if c.pretrain.warm_start != "none" else None
     return run_pretrain(i.store, _ref(i, "chunk"), _ref(i, "spans"), retriever, c.pretrain, c.masking, c.embed,
-                        c.index, i.progress, force=i.force, refresh_index=i.refresh_index)
+                        c.index, i.progress, force=i.force, refresh_index=i.refresh_index,
+                        chunk_encoder=c.chunk.encoder)
 
 
 def null_only(cfg: PipelineConfig) -> PipelineConfig:

@@ -74,10 +74,10 @@ def _vocab_hash(spec: str) -> str:
     return hashlib.sha256("\n".join(sorted(vocab, key=vocab.__getitem__)).encode()).hexdigest()
 
 
-def _check_compatible(config: PretrainConfig, retriever: ArtifactRef | None, blocks: Any) -> None:
+def _check_compatible(config: PretrainConfig, retriever: ArtifactRef | None, blocks: Any,
+                      blocks_encoder: str) -> None:
     """Refuse, before any training step, encoders that cannot read the blocks' wordpieces."""
     reader_vocab = _vocab_hash(config.reader_encoder)
-    blocks_encoder = blocks_tokenizer(blocks, [config.reader_encoder])
     if _vocab_hash(blocks_encoder) != reader_vocab:
         raise ConfigError(f"{blocks.path}: blocks were cut with {blocks_encoder!r}, whose vocabulary "
                           f"differs from the reader's ({config.reader_encoder!r})")
@@ -103,10 +103,13 @@ def _encoders(config: PretrainConfig, retriever: ArtifactRef | None) -> tuple[Re
 def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,
                  retriever_ref: ArtifactRef | None, config: PretrainConfig, masking: MaskingConfig,
                  embed: EmbedConfig, index_config: IndexConfig, progress: Progress | None = None,
-                 force: bool = False, refresh_index: RefreshIndex | None = None) -> StageResult:
+                 force: bool = False, refresh_index: RefreshIndex | None = None,
+                 chunk_encoder: str | None = None) -> StageResult:
     """Pretrain; `refresh_index(embed, index_root)` re-embeds the blocks with
     `embed.doc_encoder` and builds the new index version under `index_root` (default: the
-    retrieval stages called directly; the Prefect flow passes its refresh-index subflow)."""
+    retrieval stages called directly; the Prefect flow passes its refresh-index subflow).
+    `chunk_encoder` (the config's `chunk.encoder`) is where the blocks' tokenizer is now, tried
+    before the reader's and the path the blocks record to read their wordpieces again."""
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.spans.masking import iter_examples
 
@@ -125,7 +128,10 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     spans = store.open(spans_ref, kind="salient_spans")
     if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
         raise ConfigError(f"{spans.path}: spans were mined from other blocks than {blocks_ref.path}")
-    _check_compatible(config, retriever_ref, blocks)
+    # the tokenizer that cut the blocks, to read the spans' wordpieces again (masking)
+    where = {"chunk.encoder": chunk_encoder} if chunk_encoder else {}
+    blocks_encoder = blocks_tokenizer(blocks, {**where, "pretrain.reader_encoder": config.reader_encoder})
+    _check_compatible(config, retriever_ref, blocks, blocks_encoder)
     placement = Placement.from_env(config.device, config.precision)
     if config.batch_size % placement.world_size:
         raise ConfigError(f"pretrain.batch_size={config.batch_size} does not split evenly over "
@@ -144,7 +150,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     # masked examples; held-out articles never train
     counts: Counter[str] = Counter()
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
-    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts, [config.reader_encoder]))
+    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts, blocks_encoder))
     # whole articles held out; the test drawn at random over their examples (pretrain.seed)
     train, heldout = split_heldout(examples, config.heldout_every, config.eval_examples, config.seed)
     if len(train) < config.batch_size or not heldout:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -170,10 +170,10 @@ def block_sentences(block: dict[str, Any], sentences: list[dict[str, Any]],
 
 
 def iter_examples(blocks: Any, spans: Any, config: MaskingConfig, tokenizer: Any,
-                  stats: Counter[str] | None = None, encoders: Iterable[str] = ()) -> Iterator[MaskedExample]:
+                  stats: Counter[str] | None = None, encoder: str | None = None) -> Iterator[MaskedExample]:
     """Masked examples from a blocks artifact and its salient_spans artifact, in block order.
-    The spans' wordpiece offsets are re-read with the tokenizer that cut the blocks: the first of
-    `encoders` whose tokenizer files match the blocks', else the path the blocks record.
+    The spans' wordpiece offsets are re-read with the tokenizer that cut the blocks: `encoder`, as
+    `blocks_tokenizer` found it (default: the path the blocks record).
 
     Salient-span masking uses the sentences that hold a usable span; the random strategies use
     the same sentences, so that Table 2's ablations differ only in what is masked.
@@ -186,7 +186,7 @@ def iter_examples(blocks: Any, spans: Any, config: MaskingConfig, tokenizer: Any
     span_df = spans.read_table("salient_spans").to_pandas()
     sent_by_block = {k: g.to_dict("records") for k, g in sent_df.groupby("block_id")}
     span_by_block = {k: g.to_dict("records") for k, g in span_df.groupby("block_id")}
-    backend = load_wordpieces(blocks_tokenizer(blocks, encoders))
+    backend = load_wordpieces(encoder or blocks_tokenizer(blocks))
     for batch in blocks.iter_batches("blocks", columns=["block_id", "doc_id", "text"]):
         for block in batch.to_pylist():
             own_spans = span_by_block.get(block["block_id"], [])

@@ -247,7 +247,7 @@ def run_mine_spans(store: ArtifactStore, blocks_ref: ArtifactRef, config: SpanCo
     if cache.hit:
         return cache.hit
     blocks = store.open(blocks_ref, kind="blocks")
-    encoder = blocks_tokenizer(blocks, [encoder] if encoder else [])
+    encoder = blocks_tokenizer(blocks, {"chunk.encoder": encoder} if encoder else None)
     backend = load_wordpieces(encoder)
     nlp = load_ner(config.spacy_model) if map_shards is None else None
     labels = frozenset(config.entity_labels)

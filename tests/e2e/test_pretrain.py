@@ -1,14 +1,17 @@
 """REALM pretraining on the tiny preset: refresh and held-out scoring, the null-only baseline, bad
 warm starts."""
 
+import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import PipelineConfig
-from realm_core.errors import ConfigError
+from realm_core.bert import resolve_encoder_dir
+from realm_core.config import BUNDLED_ENCODER, PipelineConfig
+from realm_core.errors import ArtifactError, ConfigError
 from realm_core.pretrain.stage import run_pretrain
 from realm_core.retrieval.versions import versions
 from tests.conftest import TinyUpstream, one_artifact
@@ -80,3 +83,28 @@ def test_a_warm_start_with_another_vocabulary_is_refused_before_training(tiny_up
     with pytest.raises(ConfigError, match="query_encoder: warm-start encoder has another tokenizer"):
         _pretrain(store, refs, cfg)
     assert not (tmp_path / "d" / "checkpoints").exists() or not list((tmp_path / "d" / "checkpoints").iterdir())
+
+
+def test_blocks_whose_tokenizer_moved_are_read_through_chunk_encoder(tiny_upstream: TinyUpstream, tmp_path: Path) -> None:
+    """The masking re-reads the blocks' wordpieces with the tokenizer that cut them: the config's
+    `chunk.encoder` first, then the reader's, then the path the blocks record. Here that path is
+    gone and the reader's tokenizer files differ (same vocabulary): refused before any step,
+    naming what was tried, and trained once `chunk.encoder` says where the tokenizer is."""
+    _, cfg, _ = tiny_upstream
+    store, refs = _copy(tiny_upstream, tmp_path / "e")
+    manifest = Path(refs["blocks"].path) / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["tokenizer"]["encoder"] = str(tmp_path / "gone")
+    manifest.write_text(json.dumps(m))
+    reader = tmp_path / "reader"
+    shutil.copytree(resolve_encoder_dir(BUNDLED_ENCODER), reader)
+    spec = json.loads((reader / "tokenizer_config.json").read_text())
+    (reader / "tokenizer_config.json").write_text(json.dumps({**spec, "model_max_length": 4096}))
+    with pytest.raises(ArtifactError, match=re.escape(f"tried pretrain.reader_encoder {str(reader)!r}; the path "
+                                                      f"the blocks record {str(tmp_path / 'gone')!r}")):
+        _pretrain(store, refs, cfg, retrieval="null_only", steps=2, reader_encoder=str(reader))
+    assert not (tmp_path / "e" / "realm_model").exists()
+    p = cfg.pretrain.model_copy(update={"retrieval": "null_only", "steps": 2, "reader_encoder": str(reader)})
+    result = run_pretrain(store, refs["blocks"], refs["spans"], refs["ict"], p, cfg.masking, cfg.embed, cfg.index,
+                          chunk_encoder=BUNDLED_ENCODER)
+    assert result.stats["train_examples"] > 0 and not result.cached
