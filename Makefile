@@ -123,16 +123,19 @@ openqa-table: $(STAMP)
 # query encoder frozen, best of 3 dev evaluations; with the demo's ICT, with 4x its in-batch
 # negatives (60 steps of 1,024 contexts), and with ICT trained on whole 288-wordpiece blocks (the
 # demo's 64), the last with the 300-step phase, with one of 600 steps at the phase's lr 5e-5 and at
-# 1e-4, and with one of 1,200 steps. Each is paired with the same table's ICT row without the phase,
-# each variant with the demo's ICT with the phase, the 600-step phase with the 300-step one, lr 1e-4
-# with 5e-5 and 1,200 steps with 600, on the same 1,034 test questions.
+# 1e-4, and with one of 1,200 steps; and 4x the contexts (60 steps of 1,024) on 288-wordpiece blocks
+# with the 600-step phase. Each is paired with the same table's ICT row without the phase, each
+# variant with the demo's ICT with the phase, the 600-step phase with the 300-step one, lr 1e-4 with
+# 5e-5, 1,200 steps with 600, and 1,024 contexts with 256 (the latter's 1,200-step phase), on the same
+# 1,034 test questions.
 # After make openqa-table (ICT and the gold phase cached), its parts on 2 cores: the first command
 # re-evaluates the table's ICT row (11 min in fp32); each open phase 42 min in fp32 (about 21 in
 # bf16) plus a test evaluation (11 min); the 4x ICT about 110 min in fp32 (42 in bf16), the
 # 288-wordpiece ICT about 85 min in fp32 (55 in bf16); the fifth command, the same 288-wordpiece
 # ICT with a 600-step phase (dev EM every 150 steps), 87 min of phase and 12 of evaluation in fp32;
 # the sixth, that phase at lr 1e-4, the same; the seventh, a 1,200-step phase (dev EM every 200 steps),
-# 124 min of phase and 10 of evaluation in fp32.
+# 124 min of phase and 10 of evaluation in fp32; the eighth, its ICT about 4.5 h in fp32 (a step of
+# 1,024 contexts 240-300 s), then the fifth's phase and evaluation.
 # Not yet run as one command: README says which of its commands were run, when, and on which CPU.
 OPEN_PHASE := --preset demo --config bench/configs/openqa_table.yaml $(PRECISION_SET) --system ict \
 	--set 'openqa_eval.datasets=[squad-open]'
@@ -141,6 +144,7 @@ OPEN_STEPS_600 := --set finetune.steps=600 --set finetune.eval_every=150 --set f
 OPEN_STEPS_1200 := --set finetune.steps=1200 --set finetune.eval_every=200 --set finetune.train_query_encoder=false
 ICT_B1024 := --set ict.batch_size=1024 --set ict.micro_batch=256 --set ict.steps=60
 ICT_288 := --set ict.block_length=288 --set ict.micro_batch=64
+ICT_288_B1024 := $(ICT_288) --set ict.batch_size=1024 --set ict.steps=60
 openqa-open-phase: $(STAMP)
 	$(BIN)/realm evaluate $(OPEN_PHASE) --json $(REALM_WORK_DIR)/open_phase/ict.json
 	$(BIN)/realm evaluate $(OPEN_PHASE) $(OPEN_STEPS) --json $(REALM_WORK_DIR)/open_phase/ict_open.json
@@ -149,6 +153,7 @@ openqa-open-phase: $(STAMP)
 	$(BIN)/realm evaluate $(OPEN_PHASE) $(OPEN_STEPS_600) $(ICT_288) --json $(REALM_WORK_DIR)/open_phase/ict288_open600.json
 	$(BIN)/realm evaluate $(OPEN_PHASE) $(OPEN_STEPS_600) --set finetune.learning_rate=1e-4 $(ICT_288) --json $(REALM_WORK_DIR)/open_phase/ict288_open600_lr1e-4.json
 	$(BIN)/realm evaluate $(OPEN_PHASE) $(OPEN_STEPS_1200) $(ICT_288) --json $(REALM_WORK_DIR)/open_phase/ict288_open1200.json
+	$(BIN)/realm evaluate $(OPEN_PHASE) $(OPEN_STEPS_600) $(ICT_288_B1024) --json $(REALM_WORK_DIR)/open_phase/ict288b1024_open600.json
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict_open.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ict_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ictb1024_open.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ictb1024_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ictb1024_open.json $(REALM_WORK_DIR)/open_phase/ict_open.json --name openqa_ictb1024_vs_ict_open_test
@@ -162,6 +167,8 @@ openqa-open-phase: $(STAMP)
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288_open600_lr1e-4.json $(REALM_WORK_DIR)/open_phase/ict288_open600.json --name openqa_ict288_600_lr1e-4_vs_5e-5_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288_open1200.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ict288_1200_open_test
 	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288_open1200.json $(REALM_WORK_DIR)/open_phase/ict288_open600.json --name openqa_ict288_1200_vs_600_open_test
+	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288b1024_open600.json $(REALM_WORK_DIR)/open_phase/ict.json --name openqa_ict288b1024_600_open_test
+	$(BIN)/python bench/paired_runs.py $(REALM_WORK_DIR)/open_phase/ict288b1024_open600.json $(REALM_WORK_DIR)/open_phase/ict288_open1200.json --name openqa_ict288b1024_600_vs_ict288_1200_open_test
 	$(BIN)/python bench/readme_tables.py openqa_ict_open_test
 
 # README's warm-start comparison: ICT vs RetroMAE (enhanced and plain decoder), one budget, one

@@ -316,7 +316,10 @@ OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_ope
                        ("openqa_ict288_600_lr1e-4_open_test", "openqa_ict288_600_lr1e-4_vs_5e-5_open_test",
                         "ICT on 288-wordpiece blocks with a 600-step phase", "the same ICT"),
                        ("openqa_ict288_1200_open_test", "openqa_ict288_1200_vs_600_open_test",
-                        "ICT on 288-wordpiece blocks with a 1,200-step phase", "the same ICT"))
+                        "ICT on 288-wordpiece blocks with a 1,200-step phase", "the same ICT"),
+                       ("openqa_ict288b1024_600_open_test", "openqa_ict288b1024_600_vs_ict288_1200_open_test",
+                        "ICT's 4x contexts on 288-wordpiece blocks with a 600-step phase",
+                        "ICT on 288-wordpiece blocks (256 contexts) with the 1,200-step phase"))
 """(result, pairing, label, what the pairing's second side is): the rows below the first two."""
 
 
@@ -338,7 +341,7 @@ def open_phase_table(result: Result) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
     288-wordpiece blocks, those with a phase twice as long, that phase at twice the rate, a phase
-    four times as long), each paired with the first row on the same test questions, and below
+    four times as long, 4x the contexts on those blocks), each paired with the first row on the same test questions, and below
     the table with the run it varies, naming how the two sides' phases differ
     (bench/results/openqa_ict_open_test.json and its siblings, where present)."""
     system = "ICT (ORQA-like)"
