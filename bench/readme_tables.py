@@ -341,8 +341,9 @@ def open_phase_table(result: Result) -> str:
     """`make openqa-open-phase`: the ICT row of the open-QA table without and with the
     open-domain phase, then each ICT variant with the phase (4x in-batch negatives, whole
     288-wordpiece blocks, those with a phase twice as long, that phase at twice the rate, a phase
-    four times as long, 4x the contexts on those blocks), each paired with the first row on the same test questions, and below
-    the table with the run it varies, naming how the two sides' phases differ
+    four times as long, 4x the contexts on those blocks), each paired with the first row on the
+    same test questions, and below the table with the run it varies, naming how the two sides'
+    phases differ
     (bench/results/openqa_ict_open_test.json and its siblings, where present)."""
     system = "ICT (ORQA-like)"
     rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]

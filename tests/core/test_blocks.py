@@ -145,14 +145,14 @@ def test_a_moved_tokenizer_finds_the_same_blocks_and_reads_them(tmp_path: Path) 
     assert again.cached and again.ref.path == cut.ref.path
     blocks = store.open(again.ref, kind="blocks")
     assert blocks.manifest["tokenizer"]["encoder"] == str(first)  # where it was when they were cut
-    assert blocks_tokenizer(blocks, {"chunk.encoder": str(moved)}) == str(moved)
+    found = blocks_tokenizer(blocks, {"chunk.encoder": str(moved)})
+    assert found == str(moved)
     with pytest.raises(ArtifactError, match=f"no tokenizer at hand cut these blocks.*{re.escape(str(first))}"):
         run_mine_spans(store, again.ref, SpanConfig(n_process=1))
     spans = run_mine_spans(store, again.ref, SpanConfig(n_process=1), encoder=str(moved))
     assert {s["text"] for s in store.open(spans.ref).read_table("salient_spans").to_pylist()} >= {"Marie Curie", "1891"}
     examples = list(iter_examples(blocks, store.open(spans.ref), MaskingConfig(query_length=32),
-                                  load_tokenizer(str(moved)),
-                                  encoder=blocks_tokenizer(blocks, {"chunk.encoder": str(moved)})))
+                                  load_tokenizer(str(moved)), encoder=found))
     assert examples and all(e.block_id == 0 for e in examples)
     # a tokenizer that would cut other wordpieces (cased) is not taken for the blocks'
     cased = tmp_path / "cased"

@@ -27,10 +27,11 @@ def _copy(upstream: TinyUpstream, dest: Path) -> tuple[ArtifactStore, dict[str, 
     return ArtifactStore(dest), moved
 
 
-def _pretrain(store: ArtifactStore, refs: dict[str, ArtifactRef], cfg: PipelineConfig, progress=None, **over):  # type: ignore[no-untyped-def]
+def _pretrain(store: ArtifactStore, refs: dict[str, ArtifactRef], cfg: PipelineConfig, progress=None,  # type: ignore[no-untyped-def]
+              chunk_encoder=None, **over):
     p = cfg.pretrain.model_copy(update=over)
     return run_pretrain(store, refs["blocks"], refs["spans"], refs["ict"] if p.warm_start != "none" else None,
-                        p, cfg.masking, cfg.embed, cfg.index, progress)
+                        p, cfg.masking, cfg.embed, cfg.index, progress, chunk_encoder=chunk_encoder)
 
 
 def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_pretrained: Path) -> None:
@@ -104,7 +105,6 @@ def test_blocks_whose_tokenizer_moved_are_read_through_chunk_encoder(tiny_upstre
                                                       f"the blocks record {str(tmp_path / 'gone')!r}")):
         _pretrain(store, refs, cfg, retrieval="null_only", steps=2, reader_encoder=str(reader))
     assert not (tmp_path / "e" / "realm_model").exists()
-    p = cfg.pretrain.model_copy(update={"retrieval": "null_only", "steps": 2, "reader_encoder": str(reader)})
-    result = run_pretrain(store, refs["blocks"], refs["spans"], refs["ict"], p, cfg.masking, cfg.embed, cfg.index,
-                          chunk_encoder=BUNDLED_ENCODER)
+    result = _pretrain(store, refs, cfg, retrieval="null_only", steps=2, reader_encoder=str(reader),
+                       chunk_encoder=BUNDLED_ENCODER)
     assert result.stats["train_examples"] > 0 and not result.cached
