@@ -105,6 +105,9 @@ class PretrainConfig(StageConfig):
 
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
+    fresh_projection_dim: int = Field(
+        128, ge=0, description="warm_start none: the size of the fresh heads over both encoders' [CLS] "
+        "state (seeded); 0: the [CLS] state itself, no head")
     reader_encoder: str = Field(BUNDLED_ENCODER, description="BERT the knowledge-augmented encoder starts from")
     reader_mlm: ReaderMlmConfig = Field(default_factory=ReaderMlmConfig,
                                         description="masked-LM warm-up of the reader on the blocks first")
@@ -125,6 +128,10 @@ class PretrainConfig(StageConfig):
         1.0, gt=0, description="the encoders' learning rate as a multiple of learning_rate (the "
         "paper: 1). Below 1 on short runs, where the reader has not yet learned to use retrieval "
         "and the retriever's gradient is mostly noise that erodes the warm start")
+    retriever_frozen_steps: int = Field(
+        0, ge=0, description="first steps with no gradient into either encoder (Atlas: "
+        "--freeze_retriever_steps), while the reader learns to read what the warm-started retriever "
+        "returns; the encoders train from then on at retriever_lr_scale, and the index is refreshed")
     weight_decay: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     dropout: float = Field(0.1, ge=0, lt=1)

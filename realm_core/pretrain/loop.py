@@ -82,8 +82,10 @@ class Curves:
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig,
                   placement: Placement | None = None,
-                  phases: dict[str, float] | None = None) -> tuple[MarginalOutput, Any, torch.Tensor]:
-    """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch.
+                  phases: dict[str, float] | None = None,
+                  train_retriever: bool = True) -> tuple[MarginalOutput, Any, torch.Tensor]:
+    """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch; the
+    encoders get no gradient under `pretrain.freeze_retriever` or when `train_retriever` is False.
 
     `phases`, when given, receives the seconds of the step's host side: `search` (the MIPS
     search) and `batching` (trivial-retrieval exclusion, the reader batch and the document
@@ -92,7 +94,8 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
     clock = time.perf_counter
     dev = place.device
     tok = data.tokenizer
-    retriever_grad = torch.enable_grad() if not config.freeze_retriever else torch.no_grad()
+    learning = train_retriever and not config.freeze_retriever
+    retriever_grad = torch.enable_grad() if learning else torch.no_grad()
     b = len(examples)
     if config.retrieval == "null_only" or index is None:
         candidates = np.zeros((b, 0), dtype=np.int64)
@@ -163,6 +166,28 @@ def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor) -> dict
         else:
             metrics["retrieval_utility"] = 0.0
     return metrics
+
+
+def utility_below_zero(steps: list[dict[str, float]], window: int) -> tuple[int, int] | None:
+    """The longest stretch (first step, last step) over which the mean retrieval utility of every
+    `window` consecutive steps stays below 0: retrieved blocks made the masked spans less likely
+    than the null block for that long, the sign of a retriever collapsing onto it (REALM §4.5
+    watches the same quantity). None when no window's mean is below 0."""
+    values = np.asarray([r.get("retrieval_utility", 0.0) for r in steps], dtype=np.float64)
+    if len(values) < window:
+        return None
+    means = np.convolve(values, np.ones(window) / window, mode="valid")  # (S - window + 1,)
+    best: tuple[int, int] | None = None
+    run_start = None
+    for i, below in enumerate([*(means < 0), False]):
+        if below and run_start is None:
+            run_start = i
+        elif not below and run_start is not None:
+            first, last = int(steps[run_start]["step"]), int(steps[i - 1 + window - 1]["step"])
+            if best is None or last - first > best[1] - best[0]:
+                best = (first, last)
+            run_start = None
+    return best
 
 
 EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
@@ -239,13 +264,17 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     progress.advance(start)
     t_last = time.perf_counter()
     for step in range(start, config.steps):
-        # refresh_index: swap in a finished refresh, start the next one on schedule; every rank
-        # switches to the version rank 0 announces, at the same step
+        # the cold start (Atlas: --freeze_retriever_steps): the reader learns to read retrieved
+        # blocks before the retriever's gradient, p(z|x)'s share of log p(y|x), carries signal
+        retriever_learns = step >= config.retriever_frozen_steps
+        # refresh_index: swap in a finished refresh, start the next one on schedule (none while
+        # the encoders are frozen: they are what the index was built with); every rank switches
+        # to the version rank 0 announces, at the same step
         wanted = index.step if index is not None else base_step
         if refresher is not None:
             if (fresh := refresher.poll()) is not None:
                 index, wanted = fresh, fresh.step
-            if step > 0 and step % config.refresh_every == 0:
+            if step > config.retriever_frozen_steps and step % config.refresh_every == 0:
                 refresher.submit(models.query_encoder, models.doc_encoder, base_step + step)
                 if refresher.sync and (fresh := refresher.poll()) is not None:
                     index, wanted = fresh, fresh.step
@@ -268,7 +297,8 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         for start_i in starts:
             chunk = examples[start_i:start_i + micro]
             with gradient_sync(syncing, sync=start_i == starts[-1]):
-                out, batch, scores = realm_forward(shared, chunk, index, data, config, place)
+                out, batch, scores = realm_forward(shared, chunk, index, data, config, place,
+                                                   train_retriever=retriever_learns)
                 weight = len(chunk) * place.world_size / len(picks)
                 (out.loss * weight).backward()  # type: ignore[no-untyped-call]
             loss_sum += out.loss.item() * len(chunk)

@@ -38,7 +38,7 @@ from realm_core.pretrain.heldout import (
     split_heldout,
     title_body_wordpieces,
 )
-from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
+from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm, utility_below_zero
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.progress import NoProgress, Progress
@@ -88,10 +88,17 @@ def _check_compatible(config: PretrainConfig, retriever: ArtifactRef | None, blo
                                   f"({config.reader_encoder!r}); warm-start with the same vocabulary")
 
 
+def fresh_encoders(config: PretrainConfig, dropout: bool = True) -> tuple[RetrieverEncoder, RetrieverEncoder]:
+    """warm_start none: both encoders from the reader's BERT with the same fresh head (a shared
+    seed), or none (`fresh_projection_dim` 0)."""
+    return tuple(RetrieverEncoder.from_pretrained(config.reader_encoder, projection_dim=config.fresh_projection_dim,
+                                                  seed=config.seed, dropout=config.dropout if dropout else None)
+                 for _ in range(2))  # type: ignore[return-value]
+
+
 def _encoders(config: PretrainConfig, retriever: ArtifactRef | None) -> tuple[RetrieverEncoder, RetrieverEncoder]:
-    if retriever is None:  # warm_start: none -> the untrained projection, shared seed
-        return (RetrieverEncoder.from_pretrained(config.reader_encoder, seed=config.seed, dropout=config.dropout),
-                RetrieverEncoder.from_pretrained(config.reader_encoder, seed=config.seed, dropout=config.dropout))
+    if retriever is None:
+        return fresh_encoders(config)
     q = RetrieverEncoder.from_pretrained(query_encoder_dir(retriever), dropout=config.dropout)
     d = RetrieverEncoder.from_pretrained(doc_encoder_dir(retriever), dropout=config.dropout)
     if q.projection_dim != d.projection_dim:
@@ -214,6 +221,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
                     for i, (e, r) in enumerate(zip(heldout, curves.heldout, strict=True))]
     recoverable_correct = [bool(r["correct"]) for r in heldout_rows if r["recoverable"]]
     tail = curves.steps[-min(20, len(curves.steps)):]
+    window = max(10, min(100, config.steps // 10))
+    collapse = utility_below_zero(curves.steps, window) if retrieving else None
     stats = {
         "steps": config.steps, "retrieval": config.retrieval, "masking": masking.strategy,
         "train_examples": len(train), "heldout_examples": len(heldout),
@@ -224,13 +233,17 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "heldout_retrieval_utility": round(final_eval["retrieval_utility"], 4),
         "heldout_p_null": round(final_eval["p_null"], 4),
         "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
+        "utility_below_zero_steps": list(collapse) if collapse else None,
         "wall_seconds": round(wall, 1),
         "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
         "refreshes_skipped": refresher.skipped if refresher else 0,
         "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision,
         "reader_mlm": warmup_stats,
     }
-    report = (warmup_report + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
+    warning = (f"**Retrieval utility stayed below 0 from step {collapse[0]} to {collapse[1]}** (mean of "
+               f"every {window} steps): the retrieved blocks made the masked spans less likely than the "
+               "null block, the sign of a retriever collapsing onto it.\n\n" if collapse else "")
+    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
     query_encoder.step = doc_encoder.step = base_step + config.steps
     with cache.write() as out:

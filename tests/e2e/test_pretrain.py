@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.bert import resolve_encoder_dir
@@ -108,3 +109,33 @@ def test_blocks_whose_tokenizer_moved_are_read_through_chunk_encoder(tiny_upstre
     result = _pretrain(store, refs, cfg, retrieval="null_only", steps=2, reader_encoder=str(reader),
                        chunk_encoder=BUNDLED_ENCODER)
     assert result.stats["train_examples"] > 0 and not result.cached
+
+
+def test_a_frozen_first_phase_keeps_the_warm_start_and_skips_its_refreshes(tiny_upstream: TinyUpstream,
+                                                                            tmp_path: Path) -> None:
+    """`pretrain.retriever_frozen_steps`: no gradient into either encoder for the first steps and
+    no refresh while they hold (the index is what they were embedded into); the encoders train
+    after. Frozen for the whole run, the saved encoders are the warm start's, weight for weight;
+    frozen for the first 2 of 4 steps, the refresh at step 2 (tiny: every 2) is skipped and the
+    encoders move (unfrozen, the same run refreshes at step 2: the first test here)."""
+    from safetensors.torch import load_file
+
+    _, cfg, _ = tiny_upstream
+    store, refs = _copy(tiny_upstream, tmp_path / "f")
+    warm = {n: load_file(str(Path(refs["ict"].path) / n / "model.safetensors"))
+            for n in ("query_encoder", "doc_encoder")}
+
+    def saved(result) -> dict[str, dict]:  # type: ignore[no-untyped-def,type-arg]
+        return {n: load_file(str(Path(result.ref.path) / n / "model.safetensors")) for n in warm}
+
+    def moved(a: dict, b: dict) -> bool:  # type: ignore[type-arg]
+        return any(not torch.equal(a[k], b[k]) for k in a)
+
+    frozen = _pretrain(store, refs, cfg, retriever_frozen_steps=4)
+    assert not any(moved(warm[n], saved(frozen)[n]) for n in warm)
+    metrics = store.open(frozen.ref).read_table("pretrain_metrics").to_pylist()
+    assert [r["index_step"] for r in metrics] == [4, 4, 4, 4]  # never refreshed
+    half = _pretrain(store, refs, cfg, retriever_frozen_steps=2)
+    metrics = store.open(half.ref).read_table("pretrain_metrics").to_pylist()
+    assert [r["index_step"] for r in metrics] == [4, 4, 4, 4]  # step 2's refresh skipped, the next is past the run
+    assert all(moved(warm[n], saved(half)[n]) for n in warm)
