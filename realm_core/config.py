@@ -307,15 +307,19 @@ class PipelineConfig(StageConfig):
     @model_validator(mode="after")
     def _readers_hold_a_query_and_a_block(self) -> PipelineConfig:
         """A reader row `[CLS] query [SEP] title [SEP] body [SEP]` must hold its query and at least
-        one wordpiece of a block's body, or every row would read nothing: refused before any step."""
-        checks = ((f"pretrain.reader_length={self.pretrain.reader_length}", self.pretrain.reader_length,
-                   self.masking.query_length + 4, f"masking.query_length={self.masking.query_length}"),
-                  (f"finetune.reader_length={self.finetune.reader_length}", self.finetune.reader_length,
-                   self.finetune.min_reader_length, f"finetune.question_length={self.finetune.question_length}"))
-        for name, length, least, query in checks:
-            if length < least:
-                raise ValueError(f"{name} cannot hold a {query} query and one wordpiece of a block (it needs "
-                                 f"at least {least})")
+        one wordpiece of a block's body, or every row would read nothing: refused before any step.
+        REALM's pretraining reader reads the whole block (query + block - 1 wordpieces: the
+        block's [CLS] is the row's)."""
+        f = self.finetune
+        if f.reader_length < f.min_reader_length:
+            raise ValueError(f"finetune.reader_length={f.reader_length} cannot hold a finetune.question_length="
+                             f"{f.question_length} query and one wordpiece of a block (it needs at least "
+                             f"{f.min_reader_length})")
+        p, whole = self.pretrain, self.masking.query_length + self.chunk.max_wordpieces - 1
+        if p.reader_length < whole:
+            raise ValueError(f"pretrain.reader_length={p.reader_length} cuts blocks: a masking.query_length="
+                             f"{self.masking.query_length} query and a whole chunk.max_wordpieces="
+                             f"{self.chunk.max_wordpieces} block need {whole} (the reader reads whole blocks)")
         return self
 
     def block_views(self) -> dict[str, int]:

@@ -14,6 +14,6 @@ def test_every_table2_row_is_a_config_with_its_own_cache_key() -> None:
         changed = {s for s in ("pretrain", "masking") if getattr(cfg, s) != getattr(base, s)}
         assert len(changed) == (0 if name == "REALM" else 1), name
     assert len(keys) == len(rows)
-    assert load_config("demo", overrides=list(rows["30x staler index (refresh every 1500)"])).pretrain.refresh_every == 1500
+    assert load_config("demo", overrides=list(rows["30x staler index (refresh every 600)"])).pretrain.refresh_every == 600
     assert load_config("demo", overrides=list(rows["retriever lr 1.0x"])).pretrain.retriever_lr_scale == 1.0
     assert load_config("demo", overrides=list(rows["relevance index"])).pretrain.relevance == "index"

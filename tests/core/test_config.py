@@ -43,7 +43,7 @@ def test_one_block_length_is_every_stage_view_unless_a_stage_sets_its_own() -> N
     # the demo's shorter views are its own fields; its blocks and index read 288
     demo = load_config("demo").block_views()
     assert (demo["chunk.max_wordpieces"], demo["embed.max_length"], demo["ict.block_length"],
-            demo["pretrain.doc_length"]) == (288, 288, 64, 128)
+            demo["pretrain.doc_length"]) == (288, 288, 64, 288)
     # a section given as a config object: only the fields it did not set follow block_length
     built = PipelineConfig(preset="x", block_length=100, ingest=load_config("tiny").ingest,
                            chunk=ChunkConfig(batch_documents=8))
@@ -122,9 +122,12 @@ def test_config_hash_leaves_out_where_an_encoder_is_not_what_it_is() -> None:
 @pytest.mark.parametrize(("overrides", "message"), [
     (["finetune.question_length=64", "finetune.reader_length=67"], "finetune.reader_length=67 cannot hold a "
      "finetune.question_length=64 query and one wordpiece of a block"),
-    (["masking.query_length=64", "pretrain.reader_length=60"], "pretrain.reader_length=60 cannot hold"),
+    (["masking.query_length=64", "pretrain.reader_length=350"], "pretrain.reader_length=350 cuts blocks: a "
+     "masking.query_length=64 query and a whole chunk.max_wordpieces=288 block need 351"),
 ])
-def test_a_reader_too_short_for_its_query_is_refused_before_any_step(overrides: list[str], message: str) -> None:
+def test_a_reader_too_short_for_its_query_or_a_block_is_refused_before_any_step(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config("demo", overrides=overrides)
     assert load_config("demo", overrides=["finetune.question_length=64", "finetune.reader_length=68"])
+    assert load_config("demo", overrides=["masking.query_length=32"]).pretrain.reader_length == 351
+    assert load_config("demo", overrides=["block_length=256"]).pretrain.doc_length == 256
