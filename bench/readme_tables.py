@@ -1,6 +1,7 @@
-"""Render README's benchmark tables from bench/results/*.json (README numbers come only from there).
+"""Render the benchmark tables of README.md and docs/ from bench/results/*.json (their numbers come
+only from there).
 
-    .venv/bin/python bench/readme_tables.py      # rewrites the marked blocks in README.md
+    .venv/bin/python bench/readme_tables.py      # rewrites the marked blocks in README.md and docs/
 """
 
 from __future__ import annotations
@@ -528,7 +529,33 @@ def serve_table(result: Result) -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[Result], str]] = {"ingest": ingest_table, "spans": spans_table,
+def realm_mechanism_table(result: Result) -> str:
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}"
+
+    lines = ["| system | held-out accuracy (%) | gold block recall@1 (%), start -> end | p(null) at the end | "
+             "retrieval utility at the end |", "|---|---|---|---|---|"]
+    for name, s in result["systems"].items():
+        recall = "given" if name == "oracle block" else (
+            "-" if s["recall_at_1_start"] is None else f"{pct(s['recall_at_1_start'])} -> {pct(s['recall_at_1_end'])}")
+        extra = ("-", "-") if "final_p_null" not in s else (f"{s['final_p_null']:.3f}", f"{s['final_retrieval_utility']:+.3f}")
+        lines.append(f"| {name} | **{pct(s['heldout_accuracy'])}** | {recall} | {extra[0]} | {extra[1]} |")
+    lines.append(f"| prior (the most frequent training answer of the span's length) | {pct(result['prior_accuracy'])} "
+                 "| - | - | - |")
+    c, cfg = result["corpus"], result["config"]
+    lines += ["", f"{result['heldout_examples']:,} held-out facts of {c['heldout_entities']} entities never trained on "
+              f"({result['train_examples']:,} training examples; {c['blocks']:,} blocks: {c['entities']} entities "
+              f"x 2 documents and {c['distractors']} distractors, {c['first_names']} first names, {c['surnames']} "
+              f"surnames). {result['steps']:,} steps of {result['examples_per_step']}, top-{cfg['top_k']} with "
+              f"the null block, reader {cfg['reader_length']} wordpieces, lr {cfg['learning_rate']:g} "
+              f"(retriever x{cfg['retriever_lr_scale']:g}, frozen for the first "
+              f"{cfg.get('retriever_frozen_steps', 0)} steps), {cfg['precision']}; REALM's stage ran "
+              f"{result['systems']['REALM']['wall_seconds'] / 60:.0f} min on {result['machine']} (with other "
+              "jobs beside it: not a timing)."]
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,"ingest": ingest_table, "spans": spans_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
@@ -548,20 +575,31 @@ def main() -> None:
     unknown = only - set(TABLES)
     if unknown:
         raise SystemExit(f"no README table named {sorted(unknown)}; the tables are {sorted(TABLES)}")
-    readme = (ROOT / "README.md").read_text()
+    for page in pages():
+        text = page.read_text()
+        rendered = render_page(text, only)
+        if rendered != text:
+            page.write_text(rendered)
+
+
+def pages() -> list[Path]:
+    """README.md and every page under docs/: each may hold generated blocks."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def render_page(text: str, only: set[str] | frozenset[str] = frozenset()) -> str:
+    """`text` with each `<!-- bench:NAME -->` block rendered again from bench/results/NAME.json."""
     for name, render in TABLES.items():
         if only and name not in only:
             continue
         path = RESULTS / f"{name}.json"
-        if not path.is_file():
-            continue
-        table = render(json.loads(path.read_text()))
-        block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{table}\n<!-- /bench:{name} -->"
         pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.DOTALL)
-        found = pattern.search(readme)
-        if found:
-            readme = readme[:found.start()] + block + readme[found.end():]
-    (ROOT / "README.md").write_text(readme)
+        found = pattern.search(text)
+        if not found or not path.is_file():
+            continue
+        block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{render(json.loads(path.read_text()))}\n<!-- /bench:{name} -->"
+        text = text[:found.start()] + block + text[found.end():]
+    return text
 
 
 if __name__ == "__main__":

@@ -1,0 +1,29 @@
+"""Every generated block in README.md and docs/ is what bench/readme_tables.py renders from
+bench/results now: a result file changed without the pages rendered again fails here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import readme_tables  # noqa: E402
+
+
+@pytest.mark.parametrize("page", readme_tables.pages(), ids=lambda p: str(p.relative_to(BENCH.parent)))
+def test_generated_blocks_are_current(page: Path) -> None:
+    text = page.read_text()
+    assert readme_tables.render_page(text) == text, (
+        f"{page}: a generated block is stale; run .venv/bin/python bench/readme_tables.py")
+
+
+def test_a_stale_block_is_found() -> None:
+    page = next(p for p in readme_tables.pages() if "<!-- bench:pretrain " in p.read_text())
+    text = page.read_text()
+    start = text.index("<!-- bench:pretrain ")
+    stale = text[:start] + text[start:].replace("|", "| 0.0 |", 1)
+    assert readme_tables.render_page(stale) == text
