@@ -26,7 +26,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +267,3 @@ def gold_block_accuracy(reader: Any, examples: Sequence[MaskedExample], gold: np
             right = (predicted == batch.targets) | ~batch.target_mask
             hits += int(right.all(-1).sum())
     return hits / max(len(examples), 1)
-
-
-def entity_rows(corpus: SyntheticCorpus) -> list[dict[str, Any]]:
-    return [asdict(e) for e in corpus.entities]
