@@ -221,8 +221,10 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
                     for i, (e, r) in enumerate(zip(heldout, curves.heldout, strict=True))]
     recoverable_correct = [bool(r["correct"]) for r in heldout_rows if r["recoverable"]]
     tail = curves.steps[-min(20, len(curves.steps)):]
+    # watched once the encoders train: a frozen first phase cannot collapse, its reader is still learning
     window = max(10, min(100, config.steps // 10))
-    collapse = utility_below_zero(curves.steps, window) if retrieving else None
+    trained = curves.steps[config.retriever_frozen_steps:] if not config.freeze_retriever else []
+    collapse = utility_below_zero(trained, window) if retrieving else None
     stats = {
         "steps": config.steps, "retrieval": config.retrieval, "masking": masking.strategy,
         "train_examples": len(train), "heldout_examples": len(heldout),

@@ -135,6 +135,7 @@ def test_a_frozen_first_phase_keeps_the_warm_start_and_skips_its_refreshes(tiny_
     assert not any(moved(warm[n], saved(frozen)[n]) for n in warm)
     metrics = store.open(frozen.ref).read_table("pretrain_metrics").to_pylist()
     assert [r["index_step"] for r in metrics] == [4, 4, 4, 4]  # never refreshed
+    assert frozen.stats["utility_below_zero_steps"] is None  # no collapse is watched while frozen
     half = _pretrain(store, refs, cfg, retriever_frozen_steps=2)
     metrics = store.open(half.ref).read_table("pretrain_metrics").to_pylist()
     assert [r["index_step"] for r in metrics] == [4, 4, 4, 4]  # step 2's refresh skipped, the next is past the run
