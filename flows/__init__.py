@@ -26,3 +26,38 @@ def exit_on_sigterm() -> None:
     if "LOCAL_RANK" in os.environ:
         return
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
+def prefect_home() -> str:
+    """PREFECT_HOME (default ~/.prefect), created with its parents before an embedded Prefect
+    starts: Prefect makes only the last folder, and on a missing parent it could not create its
+    database and waited out its whole startup timeout. A path that cannot be made is a
+    RealmError naming it, at once."""
+    from pathlib import Path
+
+    from realm_core.errors import RealmError
+
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RealmError(f"PREFECT_HOME={home}: cannot create it ({e.strerror or type(e).__name__}); "
+                         "set PREFECT_HOME to a folder this user can write") from None
+    if not home.is_dir():
+        raise RealmError(f"PREFECT_HOME={home}: expected a folder, found a file")
+    return str(home)
+
+
+def quiet_prefect_failures() -> None:
+    """Keep Prefect's own failure records (a traceback per failed task and flow) off the
+    console: the command prints the failure once, as its `error:` line. Prefect's records still
+    reach its API (the run's logs in the UI); `--verbose` leaves the console as Prefect sets it."""
+    import logging
+
+    class _NoPrefectFailures(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not (record.name.startswith("prefect") and record.levelno >= logging.ERROR)
+
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _NoPrefectFailures) for f in handler.filters):
+            handler.addFilter(_NoPrefectFailures())

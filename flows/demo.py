@@ -28,9 +28,12 @@ def main() -> int:
         print(f"error: the bundled data is not at {data_dir()}; set REALM_DATA_DIR, or fetch it "
               "with `realm data fetch` (see data/README.md)", file=sys.stderr)
         return 2
-    from flows.pipeline import full_pipeline
+    from flows import prefect_home
 
     try:
+        prefect_home()
+        from flows.pipeline import full_pipeline
+
         result = full_pipeline(preset="demo")
     except RealmError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -2,14 +2,20 @@
 
 GET /search?q=&k=&retriever=   the top-k blocks (default: the current index version)
 GET /ask?q=&system=            a fine-tuned system's answer, its block and offsets
-GET /healthz                   the index version served, the artifact root, uptime
+GET /healthz                   what is loaded and served (index version, its files checked), or 503
 GET /                          one page (no build step, no CDN) to ask and read the evidence
 
 Models load once and stay loaded. One model call runs at a time (a lock: torch already uses
 every core for one call on a small machine, so parallel calls would only queue inside torch);
 requests wait their turn rather than fail. Each request checks `index/CURRENT`: when the nightly
 refresh-index has moved it on, the new version is loaded and swapped in; a request already
-searching keeps the old one to its end. Bad input is a 4xx with a JSON `error`, never a 500.
+searching keeps the old one to its end. Every error, whatever its status, is a JSON object
+with one field, `error`: bad input a 4xx, a damaged artifact a 503, never a plain-text 500.
+
+Meant for the machine it runs on: requests whose Host header is not a loopback name (or the
+address it was told to listen on) are refused (a DNS-rebinding page cannot reach it), and
+FastAPI's /docs and /openapi.json are off unless asked for (`api_docs`: their Swagger UI loads
+its scripts from a CDN).
 """
 
 from __future__ import annotations
@@ -28,22 +34,53 @@ from typing import IO, Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from realm_core.errors import MissingArtifactError, MissingIndexError, RealmError
+from realm_core.errors import (
+    CorruptArtifactError,
+    MissingArtifactError,
+    MissingIndexError,
+    RealmError,
+)
 from realm_core.query import QueryEngine
 
 PAGE = Path(__file__).with_name("qa_page.html")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def create_app(engine: QueryEngine) -> FastAPI:
-    app = FastAPI(title="realm", description="search and ask over the current REALM artifacts")
+def create_app(engine: QueryEngine, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False) -> FastAPI:
+    """The service over `engine`; `hosts` the Host header names it answers to."""
+    app = FastAPI(title="realm", description="search and ask over the current REALM artifacts",
+                  docs_url="/docs" if api_docs else None, redoc_url="/redoc" if api_docs else None,
+                  openapi_url="/openapi.json" if api_docs else None)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
     lock = threading.Lock()
     started = time.time()
 
+    def status_of(e: Exception) -> int:
+        if isinstance(e, MissingIndexError | MissingArtifactError):
+            return 404
+        if isinstance(e, CorruptArtifactError | OSError):
+            return 503  # the artifacts, not the request, are at fault
+        return 400
+
     @app.exception_handler(RealmError)
     def bad_request(_: Request, e: RealmError) -> JSONResponse:
-        status = 404 if isinstance(e, MissingIndexError | MissingArtifactError) else 400
-        return JSONResponse({"error": str(e)}, status_code=status)
+        return JSONResponse({"error": str(e)}, status_code=status_of(e))
+
+    @app.exception_handler(OSError)
+    def unreadable(_: Request, e: OSError) -> JSONResponse:
+        return JSONResponse({"error": f"{e.filename or 'an artifact'}: cannot be read "
+                                      f"({e.strerror or type(e).__name__})"}, status_code=503)
+
+    @app.exception_handler(HTTPException)
+    def http_error(_: Request, e: HTTPException) -> JSONResponse:  # 404, 405: the same shape as the rest
+        return JSONResponse({"error": str(e.detail)}, status_code=e.status_code, headers=e.headers)
+
+    @app.exception_handler(Exception)
+    def internal(_: Request, e: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"internal error: {type(e).__name__}: {e}"}, status_code=500)
 
     @app.exception_handler(RequestValidationError)
     def bad_parameter(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -52,12 +89,17 @@ def create_app(engine: QueryEngine) -> FastAPI:
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        from realm_core.retrieval.versions import current_step
-
-        return {"status": "ok", "index_version": current_step(engine.stages.store),
-                "artifact_root": str(engine.stages.store.root), "preset": engine.cfg.preset,
-                "loaded": sorted(engine.loaded_models()), "uptime_s": round(time.time() - started, 1)}
+    def healthz() -> JSONResponse:
+        base = {"artifact_root": str(engine.stages.store.root), "preset": engine.cfg.preset,
+                "uptime_s": round(time.time() - started, 1)}
+        try:
+            with lock:
+                served = engine.health()
+        except (RealmError, OSError) as e:
+            if isinstance(e, MissingIndexError):  # nothing built yet: up, with nothing to search
+                return JSONResponse({"status": "ok", "index_version": None, "loaded": [], **base})
+            return JSONResponse({"status": "unavailable", "error": str(e), **base}, status_code=503)
+        return JSONResponse({"status": "ok", **served, **base})
 
     @app.get("/search")
     def search(q: str = "", k: int = Query(10), retriever: str = "index") -> dict[str, Any]:

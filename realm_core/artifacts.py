@@ -5,7 +5,9 @@ files: faiss index, safetensors) plus `manifest.json`, published atomically.
     root/<kind>/<key>/<table>/part-00000.parquet
 
 `key` is derived from the stage's config hash and its inputs' content hashes, so it doubles as the
-cache key: an artifact that already exists with a valid manifest is a cache hit. Paths go through
+cache key: an artifact that already exists with a valid manifest is a cache hit, once its files
+are checked against the manifest (`Artifact.verify`: each file's size, and its sha256 unless the
+store verifies sizes only, as it does on object storage by default). Paths go through
 fsspec so that the root may later be an object-store URL; on a local disk publication is one
 `rename` of a finished temp directory, elsewhere the manifest is written last.
 """
@@ -33,10 +35,12 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from realm_core import __version__
-from realm_core.errors import ArtifactError
+from realm_core.errors import ArtifactError, CorruptArtifactError
 from realm_core.schemas import SCHEMAS, TableSchema
 
 MANIFEST = "manifest.json"
+STORE_PREFIX = "store:"  # a manifest's name for a path inside its own store (`ArtifactStore.relative`)
+VERIFY_MODES = ("content", "size")  # what a cache hit checks: sha256 and size of every file, or sizes
 
 
 # A local file's digest, remembered for this process by its identity and stat (device, inode, size,
@@ -106,6 +110,30 @@ class Artifact:
 
     def file(self, name: str) -> str:
         return f"{self.path}/{name}"
+
+    def verify(self, mode: str = "content") -> int:
+        """Check every file the manifest lists against it: present, of its recorded size and
+        (mode `content`) of its recorded sha256. A mismatch is a `CorruptArtifactError` naming
+        the file. Returns the bytes checked. Manifests written before sizes were recorded are
+        checked by content in either mode."""
+        if mode not in VERIFY_MODES:
+            raise ArtifactError(f"verify mode {mode!r}: expected one of {', '.join(VERIFY_MODES)}")
+        sizes: dict[str, int] = self.manifest.get("sizes", {})
+        checked = 0
+        for name, digest in sorted(self.manifest["files"].items()):
+            path = f"{self.path}/{name}"
+            try:
+                size = int(self.fs.info(path)["size"])
+            except FileNotFoundError:
+                raise CorruptArtifactError(path, "missing: the manifest lists it") from None
+            if name in sizes and size != sizes[name]:
+                raise CorruptArtifactError(path, f"{size:,} bytes where the manifest records {sizes[name]:,}")
+            if mode == "content" or name not in sizes:
+                found = sha256_file(path, None if isinstance(self.fs, LocalFileSystem) else self.fs)
+                if found != digest:
+                    raise CorruptArtifactError(path, f"sha256 {found[:12]} where the manifest records {digest[:12]}")
+            checked += size
+        return checked
 
     def _parts(self, table: str) -> list[str]:
         parts = sorted(p for p in self.manifest["files"] if p.startswith(f"{table}/"))
@@ -275,22 +303,64 @@ def exchange_paths(a: Path, b: Path) -> bool:
 
 
 class ArtifactStore:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    """Artifacts under one root. `verify` is what a cache hit checks of the artifact it serves
+    (`Artifact.verify`): `content` (sizes and sha256; the default on a local disk, where hashing
+    runs at about 1 GB/s and each file is hashed once a process) or `size` (the default on object
+    storage, where hashing would download every file); REALM_VERIFY sets it for every store."""
+
+    def __init__(self, root: str | os.PathLike[str], verify: str | None = None) -> None:
         self.url = str(root)
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         self.local = isinstance(self.fs, LocalFileSystem)
+        self.verify = verify or os.environ.get("REALM_VERIFY") or ("content" if self.local else "size")
+        if self.verify not in VERIFY_MODES:
+            raise ArtifactError(f"REALM_VERIFY={self.verify!r}: expected one of {', '.join(VERIFY_MODES)}")
         if self.local:
-            Path(self.root).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.root).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ArtifactError(f"{self.root}: cannot create the artifact root here "
+                                    f"({e.strerror or type(e).__name__})") from None
+            if not Path(self.root).is_dir():
+                raise ArtifactError(f"{self.root}: expected a directory for the artifact root, found a file")
 
     def path(self, kind: str, key: str) -> str:
         return f"{self.root}/{kind}/{key}"
 
-    def lookup(self, kind: str, key: str) -> Artifact | None:
-        """The published artifact for this key, or None (a cache miss)."""
+    def lookup(self, kind: str, key: str, verify: bool = True) -> Artifact | None:
+        """The published artifact for this key, or None (a cache miss). With `verify` (a cache
+        hit about to be served) its files are checked first: `CorruptArtifactError` if they
+        disagree with the manifest."""
         path = self.path(kind, key)
         if not self.fs.exists(f"{path}/{MANIFEST}"):
             return None
-        return self.open(path, kind=kind)
+        art = self.open(path, kind=kind)
+        if verify:
+            art.verify(self.verify)
+        return art
+
+    def relative(self, path: str) -> str:
+        """How a manifest names `path`: relative to the root (`retriever/<key>/doc_encoder`) when
+        it lies in this store, so that a store copied or moved still finds its own files; a path
+        outside the store (a bundled encoder) as it is."""
+        root = str(self.root).rstrip("/")
+        p = str(path)
+        if p.startswith(root + "/"):
+            return STORE_PREFIX + p[len(root) + 1:]
+        return p
+
+    def resolve(self, name: str) -> str:
+        """The path a manifest's `name` (`relative`'s output) has in this store. An absolute path
+        written by an older manifest that points into another copy of this store (or a place
+        that is gone) is looked for under this root by its trailing `<kind>/<key>/...`."""
+        if name.startswith(STORE_PREFIX):
+            return f"{str(self.root).rstrip('/')}/{name[len(STORE_PREFIX):]}"
+        parts = Path(name).parts
+        for i in range(len(parts) - 2, 0, -1):
+            here = Path(self.root, *parts[i:])
+            if (Path(self.root, *parts[i:i + 2]) / MANIFEST).is_file() and here.exists():
+                return str(here)
+        return name
 
     def open(self, path: str | ArtifactRef, kind: str | None = None) -> Artifact:
         p = path.path if isinstance(path, ArtifactRef) else str(path)
@@ -301,11 +371,13 @@ class ArtifactStore:
         try:
             with self.fs.open(mpath, "r") as f:
                 manifest = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ArtifactError(f"{mpath}: corrupt manifest: {e}") from e
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise CorruptArtifactError(mpath, f"corrupt manifest: expected a JSON object ({type(e).__name__})") from None
+        if not isinstance(manifest, dict):
+            raise CorruptArtifactError(mpath, "corrupt manifest: expected a JSON object")
         for k in ("kind", "schema_version", "content_hash", "files", "rows"):
             if k not in manifest:
-                raise ArtifactError(f"{mpath}: manifest lacks {k!r}")
+                raise CorruptArtifactError(mpath, f"manifest lacks {k!r}")
         if kind is not None and manifest["kind"] != kind:
             raise ArtifactError(f"{p}: expected a {kind!r} artifact, found {manifest['kind']!r}")
         schema = SCHEMAS.get(manifest["kind"])
@@ -334,8 +406,9 @@ class ArtifactStore:
             yield writer
             for t in writer.tables.values():
                 t.close()
-            files = {p.relative_to(tmp).as_posix(): sha256_file(p)
-                     for p in sorted(tmp.rglob("*")) if p.is_file()}
+            paths = [p for p in sorted(tmp.rglob("*")) if p.is_file()]
+            files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in paths}
+            sizes = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in paths}
             content = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in files.items()).encode())
             schema = SCHEMAS.get(kind)
             manifest = {
@@ -347,6 +420,7 @@ class ArtifactStore:
                 "inputs": dict(inputs),
                 "rows": {name: t.rows for name, t in writer.tables.items()},
                 "files": files,
+                "sizes": sizes,
                 "package_version": __version__,
                 "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 **writer.extra_manifest,

@@ -96,7 +96,7 @@ def load_masked_lm(source: str, dropout: float | None = None, seed: int = 0) -> 
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), **kwargs)
+            model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), use_safetensors=True, **kwargs)
     finally:
         hf_logging.set_verbosity(verbosity)
     model.tie_weights()

@@ -24,7 +24,8 @@ from realm_core.errors import ArtifactError, MissingArtifactError
 # of every stage (config values are hashed on their own).
 NOT_SCIENCE = frozenset({"realm_core.artifacts", "realm_core.cache", "realm_core.errors", "realm_core.progress", "realm_core.config",
                          "realm_core.stage_config", "realm_core.training_config", "realm_core.presets",
-                         "realm_core.graph", "realm_core.jobs"})
+                         "realm_core.graph", "realm_core.jobs",
+                         "realm_core.retrieval.versions"})  # publishes index versions and points at one
 
 
 def _source(module: str) -> Path | None:
@@ -164,7 +165,7 @@ class CachedStage:
     def result(self) -> StageResult:
         """The artifact just published under this key (by this process or, on a rank other than
         0, by rank 0)."""
-        found = self.store.lookup(self.kind, self.key)
+        found = self.store.lookup(self.kind, self.key, verify=False)  # its files were just hashed
         if found is None:
             raise ArtifactError(f"{self.kind}/{self.key}: not published")
         return self._result(found, cached=False)

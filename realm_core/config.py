@@ -65,9 +65,14 @@ class SourceSpec(StageConfig):
 class IngestConfig(StageConfig):
     """Corpora to documents."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"workers", "chunk_pages", "bz2_threads"})
+    # max_record_bytes refuses an input, never changes what an accepted one produces: not hashed
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"workers", "chunk_pages", "bz2_threads",
+                                                            "max_record_bytes"})
 
     sources: tuple[SourceSpec, ...] = Field(min_length=1)
+    max_record_bytes: int = Field(64 << 20, ge=1024, description=(
+        "largest <page> of a dump (decompressed XML) or JSONL line read; a larger one is refused "
+        "with its position, so that a small compressed file cannot claim unbounded memory"))
     workers: int = Field(2, ge=1, description="processes cleaning wikitext")
     chunk_pages: int = Field(16, ge=1, description="pages sent to a worker at a time")
     bz2_threads: int = Field(1, ge=1, description="threads decompressing a .bz2 dump")
@@ -346,6 +351,45 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+YAML_MAX_NODES = 100_000  # nodes of a YAML document with its aliases expanded
+
+
+class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader, refusing a document whose aliases expand it past `YAML_MAX_NODES`
+    nodes: a kilobyte of nested anchors can otherwise stand for billions of values, which a
+    config's validation would walk one by one."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        sizes: dict[int, int] = {}
+
+        def size(n: yaml.Node) -> int:  # each distinct node counted once, its expansion summed
+            if id(n) not in sizes:
+                sizes[id(n)] = 1  # a recursive alias counts once, not forever
+                children: list[yaml.Node] = []
+                if isinstance(n, yaml.SequenceNode):
+                    children = list(n.value)
+                elif isinstance(n, yaml.MappingNode):
+                    children = [x for pair in n.value for x in pair]
+                sizes[id(n)] = 1 + sum(size(c) for c in children)
+                if sizes[id(n)] > YAML_MAX_NODES:
+                    raise yaml.YAMLError(f"its aliases expand it past {YAML_MAX_NODES:,} values")
+            return sizes[id(n)]
+
+        size(node)
+        return super().construct_document(node)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """A YAML document of a user's (a config file, an override's value), safe and bounded; any
+    failure a ConfigError naming `where`."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506  (a SafeLoader subclass)
+    except RecursionError:
+        raise ConfigError(f"{where}: expected YAML, found one nested too deeply to read") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: cannot read YAML ({e})") from None
+
+
 def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
     """Preset, then a YAML file, then `stage.field=value` overrides (values parsed as YAML)."""
@@ -354,9 +398,11 @@ def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
     tree: dict[str, Any] = {"preset": preset, **json.loads(json.dumps(PRESETS[preset]))}
     if yaml_path is not None:
         try:
-            loaded = yaml.safe_load(Path(yaml_path).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"{yaml_path}: cannot read YAML config: {e}") from e
+            loaded = load_yaml(Path(yaml_path).read_bytes().decode("utf-8"), str(yaml_path))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{yaml_path}: expected a UTF-8 YAML config, found bad bytes at byte {e.start}") from None
+        except OSError as e:
+            raise ConfigError(f"{yaml_path}: cannot read YAML config ({e.strerror or type(e).__name__})") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{yaml_path}: expected a mapping of stage sections")
         tree = _deep_merge(tree, loaded)
@@ -364,7 +410,7 @@ def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected stage.field=value")
         key, raw = item.split("=", 1)
-        _set_path(tree, key.strip(), yaml.safe_load(raw))
+        _set_path(tree, key.strip(), load_yaml(raw, f"--set {item}"))
     try:
         return PipelineConfig.model_validate(tree)
     except ValidationError as e:

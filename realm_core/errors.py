@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RealmError(Exception):
     """Base of every error this project raises on purpose; the CLI exits non-zero on it."""
@@ -25,6 +27,18 @@ class InputError(RealmError):
 
 class ArtifactError(RealmError):
     """An artifact is missing, half-written, of another schema, or disagrees with its inputs."""
+
+
+class CorruptArtifactError(ArtifactError):
+    """A published artifact's files disagree with its manifest (missing, another size, another
+    content hash): served as it is, it would fail later or answer wrongly. `--force` on the
+    stage that wrote it recomputes it."""
+
+    def __init__(self, path: object, what: str, stage: str | None = None) -> None:
+        self.path, self.what, self.stage = str(path), what, stage
+        how = (f"; the cached artifact of stage {stage!r} is damaged: recompute it with --force on that stage"
+               if stage else "")
+        super().__init__(f"{self.path}: {what}{how}")
 
 
 class ConfigError(RealmError):
@@ -70,3 +84,20 @@ def check_input_file(path: object, expected: str) -> None:
             pass
     except OSError as e:
         raise unreadable_input(p, expected, e) from None
+
+
+def parse_json(text: str | bytes, path: object, expected: str, position: str | None = None) -> Any:
+    """`json.loads` of a user's input, every way it can fail an InputError naming the file and
+    the position (`position`: a JSONL line; else the parser's line and column): bad syntax, bad
+    UTF-8, nesting deeper than the parser's recursion limit."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        where = position or f"line {e.lineno}, column {e.colno}"
+        raise InputError(path, expected, position=where, found=e.msg) from None
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"UTF-8 {expected}", position=position or f"byte {e.start}", found="bad bytes") from None
+    except RecursionError:
+        raise InputError(path, expected, position=position, found="JSON nested too deeply to read") from None

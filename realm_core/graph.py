@@ -18,7 +18,7 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.config import QA_SYSTEM_KEYS, EmbedConfig, PipelineConfig
-from realm_core.errors import ConfigError
+from realm_core.errors import ConfigError, CorruptArtifactError
 from realm_core.progress import NoProgress, Progress
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
@@ -152,7 +152,7 @@ def _embed(i: StageInputs) -> StageResult:
 def _index(i: StageInputs) -> StageResult:
     from realm_core.retrieval.stage import run_build_index
 
-    return run_build_index(i.store, _ref(i, "embed"), _ref(i, "chunk"), i.cfg.index)
+    return run_build_index(i.store, _ref(i, "embed"), _ref(i, "chunk"), i.cfg.index, force=i.force)
 
 
 def _retrieval_eval(i: StageInputs) -> StageResult:
@@ -365,11 +365,16 @@ class Resolver:
         if name not in self.runs:
             s = stage(name)
             inputs = self.inputs(name)  # each upstream stage placed by its own kind
-            if s.distributed:
-                self.runs[name] = self.hook(s, inputs)
-            else:
-                with self._rank_zero_first():
+            try:
+                if s.distributed:
                     self.runs[name] = self.hook(s, inputs)
+                else:
+                    with self._rank_zero_first():
+                        self.runs[name] = self.hook(s, inputs)
+            except CorruptArtifactError as e:
+                if e.stage is not None:
+                    raise
+                raise CorruptArtifactError(e.path, e.what, name) from None
         return self.runs[name]
 
     def _rank_zero_first(self) -> Any:

@@ -62,9 +62,14 @@ class Answer:
 
 def check_query(text: str, limit: int, what: str = "query") -> str:
     """The query stripped; an empty or over-long one is a `QueryError`."""
-    stripped = text.strip()
+    import unicodedata
+
+    # zero-width and other format characters are invisible: a query of them alone is empty
+    stripped = "".join(c for c in text if unicodedata.category(c) != "Cf").strip()
     if not stripped:
         raise QueryError(f"empty {what}: expected some text")
+    if not any(c.isalnum() for c in stripped):
+        raise QueryError(f"{what} {stripped[:40]!r}: expected a word or a number to match, found none")
     if len(stripped) > limit:
         raise QueryError(f"{what} of {len(stripped):,} characters: the limit is query.max_query_chars={limit:,}")
     return stripped
@@ -86,14 +91,15 @@ class CurrentIndex(Retriever):
         from pathlib import Path
 
         from realm_core.retrieval.encoders import RetrieverEncoder
-        from realm_core.retrieval.versions import current_step, load_index
+        from realm_core.retrieval.versions import current_step, encoder_dir, load_index
 
         super().__init__(blocks, top_k)
         self.step = current_step(store)
         if self.step is None:
             raise no_index(store)
         self.index, art = load_index(store, self.step)
-        doc = str(art.manifest["encoder_checkpoint"])
+        self.artifact = art
+        doc = encoder_dir(store, art)
         sibling = Path(doc).parent / "query_encoder"
         self.encoder_dir = str(sibling) if doc.endswith("doc_encoder") and sibling.is_dir() else doc
         self.query_encoder = RetrieverEncoder.from_pretrained(self.encoder_dir).eval()
@@ -165,10 +171,29 @@ class QueryEngine:
                           self.cfg.finetune.question_length)
         try:
             with existing_artifacts_only():  # the blocks embedded by its document encoder, not embedded here
-                return RETRIEVERS["dense"].build(self.blocks, self.cfg.query.max_k, sources)
+                return RETRIEVERS["dense"].build(self.blocks, self.max_k, sources)
         except MissingArtifactError as e:
             raise MissingArtifactError(f"{key}: its document encoder's block embeddings are not in the store; "
                                        f"`realm evaluate --system {key}` computes them ({e})") from None
+
+    def health(self) -> dict[str, Any]:
+        """What is served, its files checked against their manifests as the store checks a cache
+        hit (sizes, and sha256 on a local disk; each file hashed again only once it changed):
+        the current index version (loaded if it is not yet) and every artifact resolved so far
+        (the blocks, each loaded system's models). Raises what cannot be read: a
+        `MissingIndexError` before any index is built, a `CorruptArtifactError`, an `OSError`."""
+        index = self.current_index()
+        store = self.stages.store
+        arts = [index.artifact, *(store.open(r.ref) for r in self.stages.runs.values() if r.ref is not None)]
+        checked = sum(a.verify(store.verify) for a in arts)
+        return {"index_version": index.step, "index_blocks": len(index.index), "index_encoder": index.encoder_dir,
+                "loaded": sorted(self.loaded_models()), "artifacts_checked": len(arts),
+                "bytes_checked": checked, "verify": store.verify}
+
+    @property
+    def max_k(self) -> int:
+        """The most blocks a search returns: `query.max_k`, or every block of a smaller corpus."""
+        return min(self.cfg.query.max_k, len(self.blocks))
 
     def loaded_models(self) -> list[str]:
         """What is loaded so far: searchers (`search:NAME`) and askable systems."""
@@ -184,7 +209,7 @@ class QueryEngine:
         if step is None:
             raise no_index(self.stages.store)  # before the blocks are asked for: the index is what is missing
         if loaded is None or step != loaded.step:
-            loaded = CurrentIndex(self.blocks, self.cfg.query.max_k, self.stages.store, self.tokenizer,
+            loaded = CurrentIndex(self.blocks, self.max_k, self.stages.store, self.tokenizer,
                                   self.cfg.finetune.question_length)
             self._loaded["search:index"] = loaded
         return loaded
@@ -198,7 +223,7 @@ class QueryEngine:
             return self.current_index()
         if f"search:{name}" not in self._loaded:
             if name == "bm25":
-                self._loaded["search:bm25"] = BM25(self.blocks, self.cfg.query.max_k)
+                self._loaded["search:bm25"] = BM25(self.blocks, self.max_k)
             else:
                 system = qa_system(self.cfg, self._refs(name), name)
                 assert system.query_encoder is not None
@@ -269,8 +294,8 @@ class QueryEngine:
             if RETRIEVERS[system.retrieval].needs_query_encoder:
                 retriever = self._dense(key, f"{model.path}/query_encoder")
             else:
-                retriever = RETRIEVERS[system.retrieval](self.blocks, self.cfg.finetune.top_k)
-            retriever.top_k = self.cfg.finetune.top_k
+                retriever = RETRIEVERS[system.retrieval](self.blocks, min(self.cfg.finetune.top_k, len(self.blocks)))
+            retriever.top_k = min(self.cfg.finetune.top_k, len(self.blocks))
             form, temperature = self.cfg.finetune.form, self.cfg.finetune.train_temperature(retriever.name)
             newest = self._newest_evaluation()
             if newest is not None and (fit := newest["temperatures"].get(system.name)) is not None:

@@ -4,6 +4,7 @@ graph and cache keys as the Prefect flows, with a plain call as the hook)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -52,6 +53,9 @@ Nproc = Annotated[int, typer.Option(
 JsonOut = Annotated[Path | None, typer.Option("--json", help="also write the results as JSON here")]
 
 
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     try:
@@ -59,6 +63,14 @@ def errors() -> Iterator[None]:
     except RealmError as e:
         # the message names user files and values verbatim: never read as Rich markup
         console.print(Text.assemble(("error:", "bold red"), f" {e}"), soft_wrap=True)
+        raise typer.Exit(2) from None
+    except OSError as e:
+        if e.errno not in _ENVIRONMENT_ERRNOS:
+            raise
+        # the machine, not the input or the code: a full disk, a read-only or forbidden folder
+        where = e.filename or "a file this command writes"
+        console.print(Text.assemble(("error:", "bold red"), f" {where}: {e.strerror}; "
+                                    "nothing partial was published"), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -137,10 +149,34 @@ def peak_rss_gb() -> dict[str, float]:
     return {"process": gb(resource.RUSAGE_SELF), "largest_child": gb(resource.RUSAGE_CHILDREN)}
 
 
-def write_json(path: Path | None, payload: dict[str, Any]) -> None:
-    if path is not None:
+def write_output(path: Path, lines: Iterable[str], option: str = "--out") -> None:
+    """Write `lines` to a user's output file whole or not at all: its folder made with its
+    parents, a temp file beside it renamed over it at the end; an OS error (a full disk, a
+    directory in the way, no permission) a RealmError naming the option and the path."""
+    import tempfile
+
+    if path.is_dir():
+        raise RealmError(f"{option} {path}: expected a file to write, found a directory")
+    tmp: str | None = None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2) + "\n")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line + "\n")
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise RealmError(f"{option} {path}: cannot write it ({e.strerror or type(e).__name__}); "
+                         "nothing was written") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def write_json(path: Path | None, payload: dict[str, Any], option: str = "--json") -> None:
+    if path is not None:
+        write_output(path, [json.dumps(payload, indent=2)], option)
 
 
 def relaunch_under_torchrun(nproc: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,27 +11,39 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from flows.cli.common import ConfigFile, Overrides, Preset, Root, app, errors, out, resolver
-from realm_core.errors import InputError, RealmError, unreadable_input
+from flows.cli.common import (
+    ConfigFile,
+    Overrides,
+    Preset,
+    Root,
+    app,
+    errors,
+    out,
+    resolver,
+    write_output,
+)
+from realm_core.errors import InputError, RealmError, parse_json, unreadable_input
 
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
 
 
 def read_queries(path: Path) -> list[dict[str, Any]]:
     """One query per line, or JSONL objects with a `question` (and optional `answers`/`answer`)."""
+    expected = "a file of queries, one per line or JSONL with a 'question'"
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        raw = path.read_bytes()
     except OSError as e:
-        raise unreadable_input(path, "a file of queries, one per line or JSONL with a 'question'", e) from None
+        raise unreadable_input(path, expected, e) from None
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"UTF-8 text: {expected}", position=f"byte {e.start}", found="bad bytes") from None
     items = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(path, "a JSON object", position=f"line {n}", found=e.msg) from None
+            obj = parse_json(line, path, "a JSON object", position=f"line {n}")
             if not isinstance(obj, dict) or not isinstance(obj.get("question"), str):
                 raise InputError(path, "an object with a string 'question'", position=f"line {n}")
             answers = obj.get("answers", obj.get("answer"))
@@ -55,6 +68,8 @@ def _single_or_batch(text: str | None, batch: Path | None, out_file: Path | None
         raise RealmError(f"give one {what} as an argument, or a file of them with --{what}s FILE")
     if batch is not None and out_file is None:
         raise RealmError(f"--{what}s {batch} needs --out FILE for the results (JSONL)")
+    if out_file is not None and out_file.is_dir():
+        raise RealmError(f"--out {out_file}: expected a file to write, found a directory")
 
 
 @app.command()
@@ -80,10 +95,9 @@ def search(query: Annotated[str | None, typer.Argument(help="the query")] = None
         if queries is not None and out_file is not None:
             items = read_queries(queries)
             hits = engine.search([q["question"] for q in items], retriever, k)
-            with out_file.open("w", encoding="utf-8") as f:
-                for item, found in zip(items, hits, strict=True):
-                    f.write(json.dumps({"qid": item["qid"], "query": item["question"], "retriever": retriever,
-                                        "hits": [asdict(h) for h in found]}) + "\n")
+            write_output(out_file, (json.dumps({"qid": item["qid"], "query": item["question"], "retriever": retriever,
+                                                "hits": [asdict(h) for h in found]})
+                                    for item, found in zip(items, hits, strict=True)))
             out.print(f"{len(items):,} queries -> {out_file}")
             return
         assert query is not None
@@ -137,9 +151,7 @@ def ask(question: Annotated[str | None, typer.Argument(help="the question")] = N
         if questions is not None and out_file is not None:
             items = read_queries(questions)
             answers = engine.ask([q["question"] for q in items], key)
-            with out_file.open("w", encoding="utf-8") as f:
-                for item, a in zip(items, answers, strict=True):
-                    f.write(json.dumps(prediction_row(item, a)) + "\n")
+            write_output(out_file, (json.dumps(prediction_row(item, a)) for item, a in zip(items, answers, strict=True)))
             out.print(f"{len(items):,} questions answered by {why} -> {out_file}")
             return
         assert question is not None
@@ -163,19 +175,31 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
              host: Annotated[str, typer.Option(help="address to listen on; anything but loopback exposes "
                                                     "the service to the network")] = "127.0.0.1",
              preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-             root: Root = None) -> None:
+             root: Root = None,
+             api_docs: Annotated[bool, typer.Option(help="serve FastAPI's /docs and /openapi.json (its Swagger UI "
+                                                         "loads scripts from a CDN)")] = False) -> None:
     """A local [bold]QA service[/] on the current artifacts: GET /search?q=&k=, /ask?q=&system=, /healthz, and a page at / to ask and read the evidence. Models load once; a new index version (the nightly refresh-index) is picked up without a restart.
 
     Example: realm serve-qa --port 8000, then open http://127.0.0.1:8000/"""
     import uvicorn
 
-    from flows.qa_service import create_app
+    from flows.qa_service import LOOPBACK_HOSTS, create_app
     from realm_core.query import QueryEngine
 
     with errors():
-        if host not in ("127.0.0.1", "localhost", "::1"):
+        if not 1 <= port <= 65535:
+            raise RealmError(f"--port {port}: expected a TCP port, 1 to 65535")
+        hosts: tuple[str, ...] = LOOPBACK_HOSTS
+        if host not in LOOPBACK_HOSTS:
             out.print(f"warning: listening on {host}: anyone who can reach this machine can query the service")
+            hosts = (*LOOPBACK_HOSTS, host) if host not in ("0.0.0.0", "::") else ("*",)
         engine = QueryEngine(resolver(preset, config, overrides, root))
         engine.blocks  # noqa: B018  (load the blocks before the first request)
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError as e:
+                raise RealmError(f"--host {host} --port {port}: cannot listen there "
+                                 f"({e.strerror or type(e).__name__})") from None
         out.print(f"realm QA service on http://{host}:{port}/ (artifacts: {engine.stages.store.root})")
-        uvicorn.run(create_app(engine), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(engine, hosts=hosts, api_docs=api_docs), host=host, port=port, log_level="warning")

@@ -5,13 +5,12 @@ make one document), DPR passages (psgs_w100 TSV, and the `*_ctxs` of DPR trainin
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from realm_core.errors import InputError, unreadable_input
+from realm_core.errors import InputError, parse_json, unreadable_input
 
 Document = dict[str, Any]
 DPR_CTX_KEYS = ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs")
@@ -24,15 +23,10 @@ def _doc(source: str, native_id: object, title: str, text: str, path: Path) -> D
 
 def _load_json(path: Path, what: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        data = path.read_bytes()
     except OSError as e:
         raise unreadable_input(path, what, e) from None
-    except json.JSONDecodeError as e:
-        raise InputError(path, what, position=f"line {e.lineno}, column {e.colno}",
-                         found=e.msg) from None
-    except UnicodeDecodeError as e:
-        raise InputError(path, f"UTF-8 {what}", position=f"byte {e.start}", found="bad bytes") from None
+    return parse_json(data, path, what)
 
 
 def _require(obj: Any, key: str, path: Path, position: str, expected_type: type) -> Any:
@@ -103,19 +97,22 @@ def read_dpr_tsv(path: Path, source: str) -> Iterator[Document]:
         raise InputError(path, "at least one passage line", found="only a header")
 
 
-def read_jsonl(path: Path, source: str) -> Iterator[Document]:
-    """One `{"id", "title", "text"}` object per line."""
+MAX_RECORD_BYTES = 64 << 20  # ingest.max_record_bytes: one JSONL line, one <page> of a dump
+
+
+def read_jsonl(path: Path, source: str, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[Document]:
+    """One `{"id", "title", "text"}` object per line; a line longer than `max_record_bytes` is
+    refused before it is read whole (memory stays bounded by it)."""
     n = 0
     try:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(iter(lambda: f.readline(max_record_bytes + 1), b""), start=1):
+                if len(line) > max_record_bytes and not line.endswith(b"\n"):
+                    raise InputError(path, f"a JSON line of at most ingest.max_record_bytes={max_record_bytes:,} "
+                                           "bytes", position=f"line {lineno}", found="a longer one")
                 if not line.strip():
                     continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(path, "a JSON object", position=f"line {lineno}",
-                                     found=e.msg) from None
+                obj = parse_json(line, path, "a JSON object", position=f"line {lineno}")
                 pos = f"line {lineno}"
                 doc_id = obj.get("id") if isinstance(obj, dict) else None
                 if doc_id is None or isinstance(doc_id, (dict, list)):

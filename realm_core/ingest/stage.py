@@ -75,7 +75,7 @@ def _batched(items: Iterable[RawPage], n: int) -> Iterator[list[RawPage]]:
 
 def _wikipedia_documents(path: Path, spec: SourceSpec, config: IngestConfig, stats: Counter[str],
                          progress: Progress) -> Iterator[Document]:
-    batches = _batched(iter_pages(path, config.bz2_threads), config.chunk_pages)
+    batches = _batched(iter_pages(path, config.bz2_threads, config.max_record_bytes), config.chunk_pages)
 
     def account(results: list[tuple[str, Document | None]]) -> Iterator[Document]:
         stats["pages"] += len(results)
@@ -105,6 +105,8 @@ def iter_source_documents(spec: SourceSpec, config: IngestConfig, stats: Counter
     path = resolve_data_path(spec.path)
     if spec.kind == "wikipedia":
         docs = _wikipedia_documents(path, spec, config, stats, progress)
+    elif spec.kind == "jsonl":  # read a line at a time, each bounded
+        docs = corpora.read_jsonl(path, spec.source_name, config.max_record_bytes)
     else:
         docs = READERS[spec.kind](path, spec.source_name)
     for n, doc in enumerate(docs):

@@ -1,5 +1,6 @@
 """Streaming reader of MediaWiki XML exports (`.xml` or `.xml.bz2`, export schema 0.9/0.10,
-with or without `<siteinfo>`). Memory stays flat: each `<page>` is yielded and then cleared.
+with or without `<siteinfo>`). Memory stays flat: each `<page>` is yielded and then cleared, and
+no page may hold more than a set number of bytes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Literal, cast
 
 from realm_core.errors import InputError, check_input_file, unreadable_input
 
@@ -85,29 +86,71 @@ def _compressed_position(stream: IO[bytes], raw: IO[bytes]) -> str:
     return f"compressed byte {tell() // 8 if tell else raw.tell()}"
 
 
-def iter_pages(path: str | Path, bz2_threads: int = 1) -> Iterator[RawPage]:
-    """Yield every `<page>` of a dump, in order. Bad input raises InputError naming the position."""
+FEED_BYTES = 1 << 20  # decompressed XML handed to the parser at a time
+
+
+def _entity_declarations(head: bytes) -> bool:
+    """Whether the prologue (what precedes the root element) declares entities: a MediaWiki
+    export never does, and expanding them is how a small file becomes a large document."""
+    root = head.find(b"<mediawiki")
+    return b"<!ENTITY" in (head if root < 0 else head[:root])
+
+
+def iter_pages(path: str | Path, bz2_threads: int = 1, max_page_bytes: int = 64 << 20) -> Iterator[RawPage]:
+    """Yield every `<page>` of a dump, in order. Bad input raises InputError naming the position.
+
+    The XML is fed to the parser a megabyte at a time and each finished page is dropped, so
+    memory stays flat however large the dump; a page longer than `max_page_bytes` of XML (to
+    within one feed) is refused rather than held, and a prologue that declares entities is
+    refused rather than expanded."""
     path = Path(path)
     check_input_file(path, "a MediaWiki XML dump file")
     raw, stream = _open(path, bz2_threads)
-    pages = 0
+    pages, fed = 0, 0
+    page_from: int | None = None  # bytes fed before the chunk the open page started in
+    head = b""
     try:
-        context = ET.iterparse(stream, events=("start", "end"))
+        parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
         root: ET.Element | None = None
-        for event, elem in context:
-            if root is None:
-                root = elem
-                if _local(root.tag) != "mediawiki":
-                    raise InputError(path, "a MediaWiki export (<mediawiki> root element)",
-                                     position="byte 0", found=f"<{_local(root.tag)}>")
-            if event != "end" or _local(elem.tag) != "page":
-                continue
-            yield _page(path, elem, pages)
-            pages += 1
-            root.clear()  # drop finished pages: memory stays flat however large the dump
+
+        def events() -> Iterator[RawPage]:
+            nonlocal root, page_from, pages
+            for event, elem in cast(Iterator[tuple[str, ET.Element]], parser.read_events()):
+                if root is None:
+                    root = elem
+                    if _local(root.tag) != "mediawiki":
+                        raise InputError(path, "a MediaWiki export (<mediawiki> root element)",
+                                         position="byte 0", found=f"<{_local(root.tag)}>")
+                if _local(elem.tag) != "page":
+                    continue
+                if event == "start":
+                    page_from = chunk_start
+                    continue
+                yield _page(path, elem, pages)
+                pages += 1
+                page_from = None
+                assert root is not None
+                root.clear()  # drop finished pages: memory stays flat however large the dump
+
+        while chunk := stream.read(FEED_BYTES):
+            if root is None and len(head) < FEED_BYTES:
+                head += chunk[:FEED_BYTES]
+                if _entity_declarations(head):
+                    raise InputError(path, "a MediaWiki dump without entity declarations (<!ENTITY>)",
+                                     position="the prologue", found="a document type that declares entities")
+            chunk_start = fed
+            parser.feed(chunk)
+            fed += len(chunk)
+            yield from events()
+            if page_from is not None and fed - page_from > max_page_bytes + FEED_BYTES:
+                raise InputError(path, f"pages of at most ingest.max_record_bytes={max_page_bytes:,} bytes of XML",
+                                 position=f"page #{pages + 1}", found="a longer one (refused, not read whole)")
+        chunk_start = fed
+        parser.close()
+        yield from events()
     except ET.ParseError as e:
         line, col = e.position
-        if e.code in _TRUNCATED and (pages > 0 or col > 0):
+        if e.code in _TRUNCATED and (pages > 0 or col > 0 or fed > 0):
             raise InputError(path, "a complete MediaWiki dump", position=f"line {line}, column {col}",
                              found=f"the file ends early (truncated after {pages} pages)") from None
         raise InputError(path, "well-formed MediaWiki XML", position=f"line {line}, column {col}",

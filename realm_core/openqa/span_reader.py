@@ -144,7 +144,7 @@ class SpanReader(nn.Module):
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # an MLM head or pooler left unused is expected
         try:
-            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, **kwargs)
+            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, use_safetensors=True, **kwargs)
         finally:
             hf_logging.set_verbosity(verbosity)
         meta = directory / cls.META_FILE

@@ -74,7 +74,7 @@ class RetrieverEncoder(nn.Module):
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # the unused pooler is expected
         try:
-            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, **kwargs)
+            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, use_safetensors=True, **kwargs)
         finally:
             hf_logging.set_verbosity(verbosity)
         head = directory / HEAD_FILE

@@ -70,13 +70,14 @@ def run_embed_blocks(store: ArtifactStore, blocks_ref: ArtifactRef, config: Embe
                  "device": str(device), "precision": resolve_precision(device, config.precision),
                  "shards": len(summary["shards"]), "retriever_step": retriever_step(config.doc_encoder)}
         out.extra_manifest.update({"embeddings": summary, "stats": stats,
-                                   "encoder": {"spec": config.doc_encoder, "hash": inputs["encoder"]}})
+                                   "encoder": {"spec": store.relative(config.doc_encoder), "hash": inputs["encoder"]}})
     return cache.result()
 
 
 def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_ref: ArtifactRef,
-                    config: IndexConfig, index_store: ArtifactStore | None = None) -> StageResult:
-    """Build index version v<retriever step> from the embeddings and make it current.
+                    config: IndexConfig, index_store: ArtifactStore | None = None, force: bool = False) -> StageResult:
+    """Build index version v<retriever step> from the embeddings and make it current; `force`
+    rebuilds the version in place (one atomic swap) even if it exists.
 
     Versions and the CURRENT pointer live in `index_store` (default: `store`); a pretraining run
     keeps its own there, so two runs never claim the same version number."""
@@ -85,7 +86,7 @@ def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_re
     if emb.manifest["inputs"]["blocks"] != blocks_ref.content_hash:
         raise RealmError(f"{emb.path}: embeddings were made from other blocks than {blocks_ref.path}")
     step = int(emb.manifest["stats"]["retriever_step"])
-    existing = index_store.lookup(KIND, version_name(step))
+    existing = None if force else index_store.lookup(KIND, version_name(step))
     if existing is not None:
         if existing.manifest["inputs"]["embeddings"] != embeddings_ref.content_hash:
             raise RealmError(f"{existing.path}: index version {step} exists, built from other "
@@ -102,9 +103,9 @@ def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_re
     index = MipsIndex.build(vectors.shape[1], config.factory, train_vectors=train,
                             hnsw_ef_search=config.hnsw_ef_search, ivf_nprobe=config.ivf_nprobe)
     index.add(vectors, np.arange(len(vectors), dtype=np.int64))
-    ref = publish_index(index_store, step, index, encoder_checkpoint=emb.manifest["encoder"]["spec"],
+    ref = publish_index(index_store, step, index, encoder_checkpoint=store.resolve(emb.manifest["encoder"]["spec"]),
                         embeddings_hash=embeddings_ref.content_hash,
-                        blocks_hash=blocks_ref.content_hash)
+                        blocks_hash=blocks_ref.content_hash, replace=force)
     moved = set_current(index_store, step)
     return StageResult(ref, False, {"step": step, "blocks": len(index), "factory": config.factory,
                                     "current": moved})

@@ -30,21 +30,29 @@ def version_name(step: int) -> str:
 
 
 def publish_index(store: ArtifactStore, step: int, index: MipsIndex, *, encoder_checkpoint: str,
-                  embeddings_hash: str, blocks_hash: str) -> ArtifactRef:
-    """Write index version `step` (not yet current). Publishing an existing step is refused."""
+                  embeddings_hash: str, blocks_hash: str, replace: bool = False) -> ArtifactRef:
+    """Write index version `step` (not yet current). Publishing an existing step is refused
+    unless `replace` (a forced rebuild: the same one-rename swap as any forced artifact). The
+    manifest names the document encoder by its store-relative path where it lies in the store
+    (`ArtifactStore.relative`; read back by `encoder_dir`)."""
     name = version_name(step)
-    if store.lookup(KIND, name) is not None:
+    if store.lookup(KIND, name, verify=False) is not None and not replace:
         raise RealmError(f"{store.path(KIND, name)}: index version {step} exists already")
     config = {"factory": index.factory, "dim": index.dim}
     config_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     with store.write(KIND, name, config=config, config_hash=config_hash,
-                     inputs={"embeddings": embeddings_hash, "blocks": blocks_hash}) as out:
+                     inputs={"embeddings": embeddings_hash, "blocks": blocks_hash}, replace=replace) as out:
         index.save(out.tmp)
-        out.extra_manifest.update({"step": step, "encoder_checkpoint": encoder_checkpoint,
+        out.extra_manifest.update({"step": step, "encoder_checkpoint": store.relative(encoder_checkpoint),
                                    "n_blocks": len(index), "factory": index.factory})
-    published = store.lookup(KIND, name)
+    published = store.lookup(KIND, name, verify=False)
     assert published is not None
     return published.ref
+
+
+def encoder_dir(store: ArtifactStore, art: Artifact) -> str:
+    """The document encoder directory an index version was embedded with, in this store."""
+    return store.resolve(str(art.manifest["encoder_checkpoint"]))
 
 
 def _index_dir(store: ArtifactStore) -> Path:
@@ -69,7 +77,7 @@ def set_current(store: ArtifactStore, step: int, *, only_if_newer: bool = True) 
     """Make version `step` current. With `only_if_newer`, a late refresh never replaces a newer
     index that another run already switched to. Returns whether the pointer moved."""
     name = version_name(step)
-    if store.lookup(KIND, name) is None:
+    if store.lookup(KIND, name, verify=False) is None:
         raise RealmError(f"index version {step} is not published under {store.path(KIND, '')}")
     directory = _index_dir(store)
     with _pointer_lock(store):

@@ -3,6 +3,7 @@ endpoint, every bad input as a 4xx with a JSON error, and an index swap under a 
 requests; then the page in a real browser (Debian's chromium) against `realm serve-qa` itself."""
 
 import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +17,12 @@ from realm_core.config import load_config
 from realm_core.graph import Resolver
 from realm_core.query import QueryEngine
 from tests.conftest import TinyUpstream
+from tests.corruption import truncate
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 UNTRAINED = ["embed.encoder_from=config"]  # the first index: the bundled encoder as it is (step 0)
+LOCAL = "http://127.0.0.1"  # the Host a browser on this machine sends
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def root(tmp_path_factory: pytest.TempPathFactory, tiny_upstream: TinyUpstream) 
 @pytest.fixture(scope="module")
 def client(root: str) -> Iterator[TestClient]:
     engine = QueryEngine(Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(root)))
-    with TestClient(create_app(engine), raise_server_exceptions=False) as c:
+    with TestClient(create_app(engine), raise_server_exceptions=False, base_url=LOCAL) as c:
         yield c
 
 
@@ -76,6 +79,11 @@ def test_the_page_is_served_whole(client: TestClient) -> None:
     ("/search", {"q": "x", "retriever": "tfidf"}, 400, "retriever 'tfidf'"),
     ("/ask", {"q": " "}, 400, "empty question"),
     ("/ask", {"q": "x", "system": "t5"}, 400, "system 't5'"),
+    ("/search", {"q": "???"}, 400, "expected a word or a number"),
+    ("/ask", {"q": "\u200b"}, 400, "empty question"),
+    ("/nowhere", {}, 404, "Not Found"),
+    ("/docs", {}, 404, "Not Found"),        # no Swagger UI (CDN scripts) unless --api-docs
+    ("/openapi.json", {}, 404, "Not Found"),
 ])
 def test_bad_input_is_a_4xx_with_a_json_error(client: TestClient, path: str, params: dict[str, object],
                                              status: int, message: str) -> None:
@@ -83,9 +91,18 @@ def test_bad_input_is_a_4xx_with_a_json_error(client: TestClient, path: str, par
     assert r.status_code == status and message in r.json()["error"], r.text
 
 
+def test_every_error_has_one_shape_and_foreign_hosts_are_refused(client: TestClient) -> None:
+    r = client.post("/search", params={"q": "x"})
+    assert r.status_code == 405 and set(r.json()) == {"error"}
+    # a page on another site that rebinds its name to 127.0.0.1 sends its own Host
+    r = client.get("/search", params={"q": "Warsaw"}, headers={"host": "attacker.example"})
+    assert r.status_code == 400
+    assert client.get("/healthz", headers={"host": "localhost:8000"}).status_code == 200
+
+
 def test_no_index_yet_is_a_404_not_a_500(tmp_path: Path, shared_data: Path) -> None:
     engine = QueryEngine(Resolver(load_config("tiny"), ArtifactStore(str(tmp_path / "empty"))))
-    with TestClient(create_app(engine), raise_server_exceptions=False) as c:
+    with TestClient(create_app(engine), raise_server_exceptions=False, base_url=LOCAL) as c:
         r = c.get("/search", params={"q": "Warsaw"})
         assert r.status_code == 404 and "no index built yet" in r.json()["error"]
         assert c.get("/healthz").json()["index_version"] is None
@@ -169,3 +186,49 @@ def test_serve_qa_on_an_empty_root_exits_with_the_reason(tmp_path: Path) -> None
     with pytest.raises(RuntimeError, match=r"serve-qa exited with 2: .*error: stage 'ingest' has not run"), \
             serving(["--preset", "tiny", "--root", str(tmp_path / "empty")], timeout=120):
         pass
+
+
+def test_healthz_checks_what_it_serves_and_fails_on_a_damaged_index(root: str, tmp_path: Path) -> None:
+    """/healthz names the index version, its blocks and encoder, what is loaded, and checks their
+    files as a cache hit does; a damaged index file is a 503 naming it (searches too), not "ok"."""
+    copy = str(tmp_path / "art")
+    shutil.copytree(root, copy)
+    engine = QueryEngine(Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(copy)))
+    with TestClient(create_app(engine), raise_server_exceptions=False, base_url=LOCAL) as c:
+        health = c.get("/healthz").json()
+        assert health["status"] == "ok" and health["index_blocks"] > 0 and health["bytes_checked"] > 0
+        assert "search:index" in health["loaded"] and health["verify"] == "content"
+        version = Path(copy) / "index" / f"v{health['index_version']:08d}"
+        truncate(version / "index.faiss")
+        r = c.get("/healthz")
+        assert r.status_code == 503 and "index.faiss" in r.json()["error"] and r.json()["status"] == "unavailable"
+        # a fine-tuned reader whose weights went: its system is refused, as JSON, naming the file
+        model = next(p for p in (Path(copy) / "openqa_model").iterdir() if (p / "reader").is_dir())
+        (model / "reader" / "model.safetensors").unlink()
+        r = c.get("/ask", params={"q": "What was Warsaw the capital of until 1796?", "system": "bm25"})
+        assert r.status_code == 503 and "model.safetensors: missing" in r.json()["error"], r.text
+        assert "stage 'finetune_bm25' is damaged" in r.json()["error"]
+
+
+def test_a_copied_then_moved_store_serves_the_same_answers_with_its_own_files(root: str, tmp_path: Path) -> None:
+    """An index whose document encoder lives in the store (ICT's): cp -a, then mv, then the
+    original deleted; search and ask answer as before, the query encoder loaded from the copy."""
+    original = tmp_path / "original"
+    shutil.copytree(root, original)
+    cfg = load_config("tiny")
+    Resolver(cfg, ArtifactStore(original)).run("index")  # ICT's encoders: v4, named by store path
+
+    def answers(where: Path) -> tuple[list[list[tuple[int, float]]], list[tuple[str, int | None]], str]:
+        engine = QueryEngine(Resolver(cfg, ArtifactStore(where)))
+        hits = engine.search(["Warsaw capital of the Polish-Lithuanian Commonwealth", "Normans in Italy"], k=5)
+        asked = engine.ask(["What was Warsaw the capital of until 1796?"], "bm25")
+        return ([[(h.block_id, round(h.score, 4)) for h in q] for q in hits],
+                [(a.answer, a.block_id) for a in asked], engine.current_index().encoder_dir)
+
+    before = answers(original)
+    assert before[2].startswith(str(original))
+    subprocess.run(["cp", "-a", str(original), str(tmp_path / "copy")], check=True)
+    (tmp_path / "copy").rename(tmp_path / "moved")
+    shutil.rmtree(original)
+    after = answers(tmp_path / "moved")
+    assert after[:2] == before[:2] and after[2].startswith(str(tmp_path / "moved"))
