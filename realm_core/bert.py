@@ -34,6 +34,17 @@ def resolve_encoder_dir(spec: str) -> Path:
     return path.resolve()
 
 
+def weights_dir(spec: str) -> Path:
+    """`resolve_encoder_dir` of a model whose weights are loaded: they must be safetensors
+    (`model.safetensors`, or its sharded index), never a pickle a load would execute."""
+    path = resolve_encoder_dir(spec)
+    if not any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        found = sorted(p.name for p in path.glob("*.bin")) or ["no weights"]
+        raise ConfigError(f"{path}: expected model.safetensors (weights are loaded without pickle), found "
+                          f"{', '.join(found)}; convert with save_pretrained(..., safe_serialization=True)")
+    return path
+
+
 # the files Hugging Face's tokenizer loading reads from a BERT directory (config.json aside: it
 # names the model, and a change to its dropout must not re-chunk a corpus)
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
@@ -96,7 +107,7 @@ def load_masked_lm(source: str, dropout: float | None = None, seed: int = 0) -> 
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = BertForMaskedLM.from_pretrained(str(resolve_encoder_dir(source)), use_safetensors=True, **kwargs)
+            model = BertForMaskedLM.from_pretrained(str(weights_dir(source)), use_safetensors=True, **kwargs)
     finally:
         hf_logging.set_verbosity(verbosity)
     model.tie_weights()

@@ -135,10 +135,10 @@ class SpanReader(nn.Module):
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
-        from realm_core.bert import resolve_encoder_dir
+        from realm_core.bert import weights_dir
         from realm_core.errors import ArtifactError
 
-        directory = resolve_encoder_dir(source)
+        directory = weights_dir(source)
         kwargs: dict[str, Any] = {} if dropout is None else {
             "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
         verbosity = hf_logging.get_verbosity()

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from realm_core.bert import load_tokenizer, resolve_encoder_dir
+from realm_core.bert import load_tokenizer, weights_dir
 from realm_core.errors import ArtifactError, ConfigError
 
 HEAD_FILE = "realm_retriever.json"
@@ -68,7 +68,7 @@ class RetrieverEncoder(nn.Module):
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
-        directory = resolve_encoder_dir(source)
+        directory = weights_dir(source)
         kwargs: dict[str, Any] = {} if dropout is None else {
             "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
         verbosity = hf_logging.get_verbosity()

@@ -215,10 +215,40 @@ def test_a_failing_pipeline_prints_its_error_line_and_no_prefect_traceback(tmp_p
     corpus.write_text('{"id": 1, "title": "t", "text": "fine"}\n{"id": 2, "title": \n')
     cmd = [sys.executable, "-m", "flows.cli", "pipeline", "--preset", "tiny", "--config",
            str(_jsonl_config(tmp_path, corpus)), "--root", str(tmp_path / "art")]
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "COLUMNS": "400"}
+    # PREFECT_HOME under folders that do not exist yet: made with its parents
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "new" / "home" / "prefect"), "COLUMNS": "400"}
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     both = r.stdout + r.stderr
     assert r.returncode == 2 and f"error: {corpus} at line 2: expected a JSON object" in both, both[-3000:]
     assert "Traceback" not in both and not (tmp_path / "art" / "documents").exists()
     r = subprocess.run([*cmd, "--verbose"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 2 and "Traceback" in r.stdout + r.stderr
+
+
+def test_pickled_weights_are_refused(tiny_bert: str, tmp_path: Path) -> None:
+    """Only safetensors are loaded: a directory holding pytorch_model.bin alone (a pickle, which a
+    load would execute) is a ConfigError naming it, not transformers' OSError."""
+    from transformers import BertModel
+
+    from realm_core.retrieval.encoders import RetrieverEncoder
+
+    pickled = tmp_path / "pickled"
+    BertModel.from_pretrained(tiny_bert, use_safetensors=True).save_pretrained(pickled, safe_serialization=False)
+    assert (pickled / "pytorch_model.bin").is_file() and not (pickled / "model.safetensors").exists()
+    with pytest.raises(ConfigError, match="expected model.safetensors .* found pytorch_model.bin"):
+        RetrieverEncoder.from_pretrained(str(pickled))
+
+
+def test_bm25_searches_a_corpus_smaller_than_max_k(tmp_path: Path) -> None:
+    """A user's own five documents: k is clamped to the corpus, `-k 1` returns one hit."""
+    corpus = tmp_path / "mine.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": f"{t} is a city on a river."}) + "\n"
+                              for i, t in enumerate(["Warsaw", "Krakow", "Gdansk", "Poznan", "Lodz"])))
+    args = ["--preset", "tiny", "--config", str(_jsonl_config(tmp_path, corpus)), "--root", str(tmp_path / "art")]
+    code, output = realm("chunk", *args)
+    assert code == 0, output
+    code, output = realm("search", "Gdansk river", "-k", "1", "--retriever", "bm25", "--json", *args)
+    assert code == 0, output
+    assert [h["title"] for h in json.loads(output)["hits"]] == ["Gdansk"]
+    code, output = realm("search", "Gdansk river", "-k", "100", "--retriever", "bm25", "--json", *args)
+    assert code == 0 and len(json.loads(output)["hits"]) == 5, output
