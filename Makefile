@@ -40,6 +40,8 @@ $(STAMP): requirements.lock pyproject.toml Makefile
 	@# torch and sklearn from source again: about 10 s of a 17 s `realm search` on 2 cores.
 	@# A few files in torch's test helpers use Python 3.12 syntax and do not compile: harmless.
 	@$(BIN)/python -m compileall -qq -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || true
+	@# the commit form CONTRIBUTING.md asks for, checked at each commit of this clone
+	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true
 	@touch $(STAMP)
 	@mkdir -p $(PREFECT_HOME)
 

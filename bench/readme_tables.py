@@ -224,6 +224,15 @@ def pretrain_step_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def openqa_summary_table(result: Result) -> str:
+    """REALM Table 1's system rows alone (README's one results table): EM / F1 / R@k per dataset."""
+    table = openqa_table(result).split("\n\n", 1)[0]
+    names = {"nq": "NQ-open", "wq": "WebQuestions", "ct": "CuratedTREC", "squad-open": "SQuAD-open"}
+    counts = [f"{names.get(d, d)} {result['results'][d]['questions']:,}"
+              for d in sorted(result["results"], key=lambda d: list(names).index(d) if d in names else 9)]
+    return table + "\n\nTest questions: " + ", ".join(counts) + "; EM, F1 and recall in %."
+
+
 def openqa_table(result: Result) -> str:
     """REALM Table 1 from `realm evaluate --json`: EM / F1 / R@k / R@k of the text read per
     dataset, then the paired EM differences on SQuAD-open, the budgets and the dev-fit settings."""
@@ -555,7 +564,10 @@ def realm_mechanism_table(result: Result) -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,"ingest": ingest_table, "spans": spans_table,
+# a block rendered from another block's result file: {block name: result file name}
+SOURCES = {"openqa_summary": "openqa"}
+TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table, "ingest": ingest_table,
+                                            "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
@@ -588,11 +600,12 @@ def pages() -> list[Path]:
 
 
 def render_page(text: str, only: set[str] | frozenset[str] = frozenset()) -> str:
-    """`text` with each `<!-- bench:NAME -->` block rendered again from bench/results/NAME.json."""
+    """`text` with each `<!-- bench:NAME -->` block rendered again from bench/results/NAME.json
+    (or the file `SOURCES` names for it)."""
     for name, render in TABLES.items():
         if only and name not in only:
             continue
-        path = RESULTS / f"{name}.json"
+        path = RESULTS / f"{SOURCES.get(name, name)}.json"
         pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.DOTALL)
         found = pattern.search(text)
         if not found or not path.is_file():
