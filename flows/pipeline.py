@@ -11,7 +11,7 @@ from prefect import Flow, flow
 from prefect.artifacts import create_markdown_artifact
 
 from flows import stages as sf
-from flows.settings import resolve
+from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
 from realm_core.graph import PIPELINE_TARGETS, StageRun, closure
 
 # the flow that owns each stage; the others (the reader's masked-LM warm-up, the questions)
@@ -35,8 +35,9 @@ def summary_markdown(preset: str, stages: dict[str, StageRun]) -> str:
 
 
 @flow(name="realm", log_prints=True)
-def full_pipeline(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                  root: str | None = None, force: bool = False, dask: str | None = None) -> dict[str, Any]:
+@described
+def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                  root: Root = None, force: Force = False, dask: Dask = None) -> dict[str, Any]:
     """Every stage of the graph on one config, each stage flow a subflow in graph order. Each
     stage is cached on its inputs' content hashes plus its config, so a rerun recomputes only
     what changed downstream. `dask` (local:N or a scheduler address) fans ingestion, span

@@ -10,7 +10,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.fanout import dask_hook
-from flows.settings import resolve
+from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.graph import Resolver, StageRun
@@ -45,48 +45,54 @@ def refresh_pretraining_index(blocks: ArtifactRef, embed: EmbedConfig, index: In
 
 
 @flow(name="ingest-corpus", log_prints=True)
-def ingest_corpus(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                  root: str | None = None, force: bool = False, dask: str | None = None) -> dict[str, StageRun]:
+@described
+def ingest_corpus(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                  root: Root = None, force: Force = False, dask: Dask = None) -> dict[str, StageRun]:
     """Corpora (Wikipedia dumps, SQuAD, DPR, JSONL) -> documents. `dask` (local:N or a
     scheduler address) ingests the source files on Dask workers, one task per file."""
     return run_stages(("ingest",), preset, config_file, overrides, root, force, dask)
 
 
 @flow(name="chunk-blocks", log_prints=True)
-def chunk_blocks(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                 root: str | None = None, force: bool = False, dask: str | None = None) -> dict[str, StageRun]:
+@described
+def chunk_blocks(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                 root: Root = None, force: Force = False, dask: Dask = None) -> dict[str, StageRun]:
     """documents -> blocks of <= chunk.max_wordpieces (288) wordpieces; ingests first through
     the cache (`dask` fans that out)."""
     return run_stages(("chunk",), preset, config_file, overrides, root, force, dask)
 
 
 @flow(name="mine-salient-spans", log_prints=True)
-def mine_salient_spans(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                       root: str | None = None, force: bool = False, dask: str | None = None) -> dict[str, StageRun]:
+@described
+def mine_salient_spans(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                       root: Root = None, force: Force = False, dask: Dask = None) -> dict[str, StageRun]:
     """blocks -> salient spans (spaCy NER entities + regex dates, REALM §3.4). `dask` mines
     shards of blocks on Dask workers."""
     return run_stages(("spans",), preset, config_file, overrides, root, force, dask)
 
 
 @flow(name="warm-start-ict", log_prints=True)
-def warm_start_ict(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                   root: str | None = None, force: bool = False) -> dict[str, StageRun]:
+@described
+def warm_start_ict(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                   root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """Query and document encoders trained with the Inverse Cloze Task; a crashed run resumes
     from its last checkpoint when rerun."""
     return run_stages(("ict",), preset, config_file, overrides, root, force)
 
 
 @flow(name="warm-start-retromae", log_prints=True)
-def warm_start_retromae(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                        root: str | None = None, force: bool = False) -> dict[str, StageRun]:
+@described
+def warm_start_retromae(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                        root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """The retriever's encoder pretrained as a masked auto-encoder (RetroMAE), the alternative
     warm start (`pretrain.warm_start=retromae`); resumable."""
     return run_stages(("retromae",), preset, config_file, overrides, root, force)
 
 
 @flow(name="refresh-index", log_prints=True)
-def refresh_index(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                  root: str | None = None, force: bool = False, dask: str | None = None) -> dict[str, StageRun]:
+@described
+def refresh_index(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                  root: Root = None, force: Force = False, dask: Dask = None) -> dict[str, StageRun]:
     """Every block embedded with the document encoder `embed.encoder_from` names (warm_start:
     the warm-started retriever; latest: the newest retriever artifact, as the nightly schedule
     runs it; config: embed.doc_encoder), then a new index version, switched to atomically."""
@@ -94,16 +100,18 @@ def refresh_index(preset: str = "demo", config_file: str | None = None, override
 
 
 @flow(name="evaluate-retrieval", log_prints=True)
-def evaluate_retrieval(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                       root: str | None = None, force: bool = False) -> dict[str, StageRun]:
+@described
+def evaluate_retrieval(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                       root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """Recall@k and MRR of BM25, the untrained projection, the ICT retriever and an off-the-shelf
     reference on SQuAD-open and the DPR NQ sample, same blocks, same run."""
     return run_stages(("retrieval_eval",), preset, config_file, overrides, root, force)
 
 
 @flow(name="pretrain-realm", log_prints=True)
-def pretrain_realm(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                   root: str | None = None, force: bool = False) -> dict[str, StageRun]:
+@described
+def pretrain_realm(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                   root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """Salient-span masked LM over the top-k retrieved blocks plus the null block, retriever and
     reader trained jointly; every index refresh is a `refresh-pretraining-index` subflow.
     Rerunning a crashed run resumes from its newest checkpoint."""
@@ -111,8 +119,9 @@ def pretrain_realm(preset: str = "demo", config_file: str | None = None, overrid
 
 
 @flow(name="finetune-openqa", log_prints=True)
-def finetune_openqa(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                    root: str | None = None, force: bool = False) -> dict[str, StageRun]:
+@described
+def finetune_openqa(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                    root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """Each system in openqa_eval.systems fine-tuned on finetune.dataset's train split: its span
     reader on each question's own paragraph, then with its query encoder on its own top-5 blocks
     for finetune.steps, the document encoder and index frozen (resumable)."""
@@ -124,8 +133,9 @@ def finetune_openqa(preset: str = "demo", config_file: str | None = None, overri
 
 
 @flow(name="evaluate-openqa", log_prints=True)
-def evaluate_openqa(preset: str = "demo", config_file: str | None = None, overrides: list[str] | None = None,
-                    root: str | None = None, force: bool = False) -> dict[str, StageRun]:
+@described
+def evaluate_openqa(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
+                    root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """Exact match of each system (openqa_eval.systems) on each dataset's test split, full and
     answerable subset, with paired intervals; fine-tunes first through the cache."""
     return run_stages(("openqa_eval",), preset, config_file, overrides, root, force)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.table import Table
@@ -128,10 +128,11 @@ def pipeline(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
 
         prefect_home()
         from flows.pipeline import full_pipeline
+        from flows.settings import PresetName
 
         if not verbose:
             quiet_prefect_failures()
 
-        result = full_pipeline(preset=preset, config_file=str(config) if config else None,
+        result = full_pipeline(preset=cast(PresetName, preset), config_file=str(config) if config else None,
                                overrides=overrides or [], root=root, force=force, dask=dask)
         out.print_json(json.dumps(result))

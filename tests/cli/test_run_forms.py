@@ -1,0 +1,36 @@
+"""Each deployment's run form documents itself: Prefect's parameter schema of every entrypoint in
+prefect.yaml offers `preset` as a choice of the presets that exist, describes every parameter,
+and shows an example override. Fast: the schema is built from the flow's signature alone."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from realm_core.presets import PRESETS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOYMENTS = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+
+
+def schema(entrypoint: str) -> dict[str, Any]:
+    from prefect.utilities.callables import parameter_schema
+
+    module, name = entrypoint.split(":")
+    flow = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), name)
+    return parameter_schema(flow.fn).model_dump()
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=lambda d: d["entrypoint"].split(":")[1])
+def test_every_parameter_of_a_run_form_is_described(deployment: dict[str, Any]) -> None:
+    props = schema(deployment["entrypoint"])["properties"]
+    assert {"preset", "config_file", "overrides", "root", "force"} <= set(props)
+    assert props["preset"]["enum"] == list(PRESETS)  # the presets that exist, in their order
+    assert deployment["parameters"]["preset"] in props["preset"]["enum"]
+    undescribed = [name for name, p in props.items() if len(p.get("description") or "") < 20]
+    assert undescribed == []
+    assert any("=" in item for item in props["overrides"]["examples"][0])
