@@ -12,17 +12,17 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows import stages as sf
 from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
-from realm_core.graph import PIPELINE_TARGETS, StageRun, closure
+from realm_core.graph import PIPELINE_TARGETS, STAGES, StageRun, closure
 
-# the flow that owns each stage; the others (the reader's masked-LM warm-up, the questions)
-# resolve as tasks inside the first flow that needs them
-FLOW_OF: dict[str, Flow[..., dict[str, StageRun]]] = {
-    "ingest": sf.ingest_corpus, "chunk": sf.chunk_blocks, "spans": sf.mine_salient_spans,
-    "ict": sf.warm_start_ict, "retromae": sf.warm_start_retromae, "embed": sf.refresh_index,
-    "index": sf.refresh_index, "retrieval_eval": sf.evaluate_retrieval, "pretrain": sf.pretrain_realm,
-    "finetune_bm25": sf.finetune_openqa, "finetune_ict": sf.finetune_openqa,
-    "finetune_realm": sf.finetune_openqa, "openqa_eval": sf.evaluate_openqa}
-FANS_OUT = {f.name for f in (sf.ingest_corpus, sf.chunk_blocks, sf.mine_salient_spans, sf.refresh_index)}
+# each stage flow by its name; which stages each owns is declared in the graph (`Stage.flow`), and
+# a stage with no flow (the reader's masked-LM warm-up, the questions, the null-only run)
+# resolves as a task inside the first flow that needs it
+FLOWS: dict[str, Flow[..., dict[str, StageRun]]] = {f.name: f for f in (
+    sf.ingest_corpus, sf.chunk_blocks, sf.mine_salient_spans, sf.warm_start_ict, sf.warm_start_retromae,
+    sf.refresh_index, sf.evaluate_retrieval, sf.pretrain_realm, sf.finetune_openqa, sf.evaluate_openqa)}
+FLOW_OF = {s.name: FLOWS[s.flow] for s in STAGES if s.flow is not None}
+# the flows that take `dask`: their own signature says so
+FANS_OUT = {name for name, f in FLOWS.items() if "dask" in f.parameters.properties}
 
 
 def summary_markdown(preset: str, stages: dict[str, StageRun]) -> str:

@@ -53,6 +53,8 @@ class Stage:
     fans_out: bool = False                             # its runner takes `map_jobs` (source files, shards)
     distributed: bool = False                          # runs on every torchrun rank, not rank 0 alone
     variant: Callable[[PipelineConfig], PipelineConfig] | None = None  # the config the stage runs on
+    flow: str | None = None                            # the Prefect flow (and deployment) that owns it;
+                                                       # None: resolved as a task inside the first flow that needs it
 
     def runs_on(self, cfg: PipelineConfig) -> PipelineConfig:
         """The config this stage's runner gets: `variant` of the pipeline's (idempotent), or it."""
@@ -268,25 +270,28 @@ def _after(*names: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("ingest", "ingest", ("ingest",), _none, _ingest, fans_out=True),
-    Stage("chunk", "chunk", ("chunk",), _after("ingest"), _chunk),
-    Stage("spans", "salient spans", ("spans",), _after("chunk"), _spans, fans_out=True),
-    Stage("ict", "warm start (ICT)", ("ict",), _after("chunk", "spans"), _ict),
-    Stage("retromae", "warm start (RetroMAE)", ("retromae",), _after("chunk"), _retromae),
-    Stage("embed", "embed", ("embed",), _embed_upstream, _embed, fans_out=True),
-    Stage("index", "index", ("index",), _after("embed", "chunk"), _index),
+    Stage("ingest", "ingest", ("ingest",), _none, _ingest, fans_out=True, flow="ingest-corpus"),
+    Stage("chunk", "chunk", ("chunk",), _after("ingest"), _chunk, flow="chunk-blocks"),
+    Stage("spans", "salient spans", ("spans",), _after("chunk"), _spans, fans_out=True, flow="mine-salient-spans"),
+    Stage("ict", "warm start (ICT)", ("ict",), _after("chunk", "spans"), _ict, flow="warm-start-ict"),
+    Stage("retromae", "warm start (RetroMAE)", ("retromae",), _after("chunk"), _retromae, flow="warm-start-retromae"),
+    Stage("embed", "embed", ("embed",), _embed_upstream, _embed, fans_out=True, flow="refresh-index"),
+    Stage("index", "index", ("index",), _after("embed", "chunk"), _index, flow="refresh-index"),
     Stage("retrieval_eval", "retrieval evaluation", ("retrieval_eval", "embed", "ict"), _after("chunk", "ict"),
-          _retrieval_eval),
+          _retrieval_eval, flow="evaluate-retrieval"),
     Stage("reader_mlm", "reader masked-LM warm-up", ("pretrain",), _after("chunk"), _reader_mlm, distributed=True),
     Stage("pretrain", "pretrain", ("pretrain", "masking", "embed", "index"),
-          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True),
+          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True,
+          flow="pretrain-realm"),
     Stage("pretrain_null", "pretrain, null block only (BERT baseline)", ("pretrain", "masking", "embed", "index"),
           lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True,
           variant=null_only),
     Stage("questions", "questions", ("questions",), _none, _questions),
-    *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True)
+    *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True,
+            flow="finetune-openqa")
       for k in QA_SYSTEM_KEYS if k != "none"),
-    Stage("openqa_eval", "open-QA evaluation", ("openqa_eval", "finetune", "embed"), _eval_upstream, _openqa_eval),
+    Stage("openqa_eval", "open-QA evaluation", ("openqa_eval", "finetune", "embed"), _eval_upstream, _openqa_eval,
+          flow="evaluate-openqa"),
 )
 BY_NAME = {s.name: s for s in STAGES}
 # what the full pipeline builds; everything upstream of these comes with them

@@ -34,3 +34,19 @@ def test_every_parameter_of_a_run_form_is_described(deployment: dict[str, Any]) 
     undescribed = [name for name, p in props.items() if len(p.get("description") or "") < 20]
     assert undescribed == []
     assert any("=" in item for item in props["overrides"]["examples"][0])
+
+
+def test_the_graph_prefect_yaml_and_the_flows_name_the_same_stage_flows() -> None:
+    """Which flow owns a stage is declared once (`Stage.flow`); the pipeline's FLOW_OF is derived
+    from it, and prefect.yaml deploys exactly the flows the graph names, plus the pipeline."""
+    from flows.pipeline import FANS_OUT, FLOW_OF, FLOWS
+    from realm_core.graph import STAGES
+
+    named = {s.flow for s in STAGES if s.flow is not None}
+    assert named == set(FLOWS)
+    assert {s.name for s in STAGES if s.flow is not None} == set(FLOW_OF)
+    deployed = {d["entrypoint"] for d in DEPLOYMENTS}
+    assert deployed == {"flows/pipeline.py:full_pipeline",
+                        *(f"flows/stages.py:{f.fn.__name__}" for f in FLOWS.values())}
+    # a flow that owns a stage which fans out takes `dask`
+    assert {s.flow for s in STAGES if s.fans_out} <= FANS_OUT
