@@ -130,6 +130,16 @@ def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, rea
     return out
 
 
+def curves(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """A run's learning curves: each logged step's loss, retrieval utility and p(null), and the
+    held-out span accuracy at each evaluation."""
+    keep = ("step", "loss", "span_accuracy", "retrieval_utility", "p_null")
+    return {"steps": [{k: r.get(k) for k in keep} for r in run["steps"]],
+            "evals": [{"step": r["step"], "heldout_accuracy": r["span_accuracy"],
+                       "p_null": r.get("p_null"), "retrieval_utility": r.get("retrieval_utility")}
+                      for r in run["eval"]]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
@@ -138,6 +148,7 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
     ap.add_argument("--table", action="store_true",
                     help="every REALM Table 2 row (realm_core/pretrain/ablations.py), not just REALM and null-only")
+    ap.add_argument("--name", default="pretrain", help="bench/results/<name>.json")
     args = ap.parse_args()
     cfg = load_config(args.preset, args.config, args.overrides)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
@@ -173,12 +184,16 @@ def main() -> None:
                    "top_k": p.top_k, "reader_length": p.reader_length, "refresh_every": p.refresh_every,
                    "sync_refresh": p.sync_refresh, "relevance": p.relevance, "masking": cfg.masking.strategy},
         "runs": {n: {k: v for k, v in r.items() if k != "heldout_rows"} for n, r in runs.items()},
+        "config": {"reader_length": p.reader_length, "query_length": cfg.masking.query_length,
+                   "doc_length": p.doc_length, "retriever_frozen_steps": p.retriever_frozen_steps,
+                   "config_file": args.config, "overrides": args.overrides},
+        "curves": {n: curves(r) for n, r in runs.items()},
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],
         "heldout": heldout_test({n: runs[n]["heldout_rows"] for n in ("REALM", "null only")}),
         "ablations": [ablation_row(n, r, runs["REALM"]) for n, r in runs.items()],
         "zero_shot": zero_shot(cfg, store, Resolver(cfg, store, progress=progress), realm_ref),
     }
-    write_result("pretrain", result_json)
+    write_result(args.name, result_json)
     rows = runs["REALM"]["steps"]
     plot_curves(rows, "step", ["loss", "retrieval_utility", "p_null"], ROOT / "bench" / "results" / "pretrain_curves.png",
                 f"REALM pretraining, {args.preset} preset ({p.steps} steps of {p.batch_size})")

@@ -53,9 +53,12 @@ def mechanism_config(corpus_path: Path, overrides: list[str], config: Path = CON
 
 
 def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[str], root: Path,
-                  progress: Any = None) -> dict[str, Any]:
-    """Write the corpus, run the three pretraining systems through the stage cache, then measure
-    the oracle reader and the gold block's recall@1 before and after. Returns the results dict."""
+                  progress: Any = None, systems: tuple[str, ...] = tuple(SYSTEMS)) -> dict[str, Any]:
+    """Write the corpus, run the pretraining systems (`systems`, REALM first; all three by
+    default) through the stage cache, then measure the oracle reader and the gold block's
+    recall@1 before and after. Returns the results dict."""
+    if not systems or systems[0] != "REALM" or set(systems) - set(SYSTEMS):
+        raise SystemExit(f"systems {systems}: expected REALM first, then any of {list(SYSTEMS)[1:]}")
     import torch
 
     from realm_core.bert import load_tokenizer
@@ -83,7 +86,8 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     store = ArtifactStore(root / "artifacts")
     make_progress = progress or (lambda: LogProgress(log, every=60))
     runs: dict[str, dict[str, Any]] = {}
-    for name, extra in SYSTEMS.items():
+    for name in systems:
+        extra = SYSTEMS[name]
         cfg = mechanism_config(path, [*overrides, *extra])
         log.info("%s: %s", name, " ".join(extra) or "(the config)")
         result = Resolver(cfg, store, progress=make_progress).run("pretrain")
@@ -128,18 +132,18 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
 
     torch.manual_seed(0)
     start = recall(None)
-    systems: dict[str, dict[str, Any]] = {}
+    measured: dict[str, dict[str, Any]] = {}
     for name, run in runs.items():
         rows = [r for r, f in zip(run["heldout_rows"], facts, strict=True) if f]
         end = None if name == "null only" else recall(run["ref"])
-        systems[name] = {"heldout_accuracy": sum(r["correct"] for r in rows) / len(rows),
+        measured[name] = {"heldout_accuracy": sum(r["correct"] for r in rows) / len(rows),
                          "recall_at_1_start": None if name == "null only" else start,
                          "recall_at_1_end": end,
                          "final_p_null": run["stats"]["heldout_p_null"],
                          "final_retrieval_utility": run["stats"]["heldout_retrieval_utility"],
                          "wall_seconds": run["stats"]["wall_seconds"]}
     reader = KnowledgeAugmentedEncoder.from_pretrained(str(Path(runs["REALM"]["ref"].path) / "reader"))
-    systems["oracle block"] = {
+    measured["oracle block"] = {
         "heldout_accuracy": gold_block_accuracy(reader, scored, gold, blocks, tokenizer, cfg.pretrain.reader_length),
         "recall_at_1_start": 1.0, "recall_at_1_end": 1.0}  # given the gold block by construction
     p = cfg.pretrain
@@ -147,7 +151,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
         "question": "does REALM's gradient teach retrieval and reading where the answer is known?",
         "machine": platform.machine(), "corpus": {**corpus.summary(), "seed": seed, "distractors": distractors,
                                                    "blocks": len(blocks), "path": str(path)},
-        "systems": systems, "prior_accuracy": prior_accuracy(train, scored),
+        "systems": measured, "prior_accuracy": prior_accuracy(train, scored),
         "train_examples": len(train), "heldout_examples": len(scored),
         "heldout_examples_without_a_fact": len(heldout) - len(scored),
         "steps": p.steps, "examples_per_step": p.batch_size, "wall_seconds": round(time.perf_counter() - t0, 1),
