@@ -566,7 +566,8 @@ def realm_mechanism_table(result: Result) -> str:
 
 # a block rendered from another block's result file: {block name: result file name}
 SOURCES = {"openqa_summary": "openqa"}
-TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table, "ingest": ingest_table,
+TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,
+                                            "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
                                             "retrieval": retrieval_table, "pretrain": pretrain_table,
