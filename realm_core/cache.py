@@ -22,7 +22,7 @@ from realm_core.errors import ArtifactError, MissingArtifactError
 # Modules that carry artifacts, configs and errors around but compute nothing a stage writes:
 # left out of code hashes, so that a new config field or a reworded error is not a cache miss
 # of every stage (config values are hashed on their own).
-NOT_SCIENCE = frozenset({"realm_core.artifacts", "realm_core.cache", "realm_core.errors", "realm_core.progress", "realm_core.config",
+NOT_SCIENCE = frozenset({"realm_core.artifacts", "realm_core.scratch", "realm_core.cache", "realm_core.errors", "realm_core.progress", "realm_core.config",
                          "realm_core.stage_config", "realm_core.training_config", "realm_core.presets",
                          "realm_core.graph", "realm_core.jobs",
                          "realm_core.retrieval.versions"})  # publishes index versions and points at one

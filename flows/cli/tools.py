@@ -56,7 +56,10 @@ def verify(root: Root = None,
     from realm_core.errors import CorruptArtifactError, RealmError
 
     with errors():
-        store = ArtifactStore(root or work_dir() / "artifacts")
+        where = str(root or work_dir() / "artifacts")
+        if "://" not in where and not Path(where).is_dir():  # checked, not created
+            raise RealmError(f"{where}: expected an artifact store (a folder of artifacts), found none")
+        store = ArtifactStore(where)
         mode = "size" if sizes_only else "content"
         manifests = sorted(store.fs.glob(f"{store.root}/*/*/{MANIFEST}"))
         if not manifests:
@@ -74,7 +77,7 @@ def verify(root: Root = None,
                   "seconds": round(seconds, 2), "mb_per_s": round(total_bytes / 2**20 / max(seconds, 1e-9), 1),
                   "damaged": damaged}
         write_json(json_out, report)
-        out.print(f"{len(manifests):,} artifacts, {total_bytes / 2**20:,.1f} MiB checked by {mode} in "
+        out.print(f"{len(manifests):,} artifact{'s' if len(manifests) != 1 else ''}, {total_bytes / 2**20:,.1f} MiB checked by {mode} in "
                   f"{seconds:.2f} s ({report['mb_per_s']:,.0f} MiB/s)")
         if damaged:
             raise RealmError(f"{len(damaged)} damaged artifact(s); recompute each with --force on its stage:\n  "

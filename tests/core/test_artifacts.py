@@ -149,7 +149,7 @@ def test_stale_scratch_of_a_killed_process_is_swept(store: ArtifactStore) -> Non
     import subprocess
     import sys
 
-    from realm_core.artifacts import scratch_name
+    from realm_core.scratch import scratch_name
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)

@@ -144,3 +144,22 @@ def test_an_index_version_names_its_encoder_by_store_path_and_force_replaces_it(
     loaded, art = load_index(store, 3)
     assert art.manifest["inputs"]["embeddings"] == "e2" and len(loaded) == 2
     assert encoder_dir(store, art) == encoder
+
+
+def test_realm_verify_reports_a_store_and_names_what_is_damaged(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    store = ArtifactStore(tmp_path / "art")
+    cache, _ = _stage(store)
+    runner = CliRunner()
+    r = runner.invoke(app, ["verify", "--root", str(tmp_path / "art")], env={"COLUMNS": "300"})
+    assert r.exit_code == 0 and "1 artifact," in r.output and "every artifact matches" in r.output
+    DAMAGE["random bytes"](_part(store, cache))
+    r = runner.invoke(app, ["verify", "--root", str(tmp_path / "art"), "--sizes-only"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0  # the same size: only the hash can tell
+    r = runner.invoke(app, ["verify", "--root", str(tmp_path / "art")], env={"COLUMNS": "300"})
+    assert r.exit_code == 2 and "part-00001.parquet: sha256" in r.output
+    r = runner.invoke(app, ["verify", "--root", str(tmp_path / "nowhere")], env={"COLUMNS": "300"})
+    assert r.exit_code == 2 and "expected an artifact store" in r.output and not (tmp_path / "nowhere").exists()
