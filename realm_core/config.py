@@ -29,7 +29,6 @@ from realm_core.training_config import (
     FinetuneConfig,
     ICTConfig,
     PretrainConfig,
-    QueryBudget,
     ReaderBudget,
     ReaderMlmConfig,
     RetroMAEConfig,
@@ -41,7 +40,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 __all__ = ["BLOCK_VIEWS", "PRECISION_STAGES", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
            "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
-           "QA_SYSTEM_KEYS", "QASystemKey", "QueryBudget", "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
+           "QA_SYSTEM_KEYS", "QASystemKey", "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
            "SpanConfig",
            "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 

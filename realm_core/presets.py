@@ -63,8 +63,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "steps": 3, "warmup_steps": 1, "learning_rate": 5e-5, "dropout": 0.0,
                      "gold_passage": {"steps": 3, "batch_size": 4, "learning_rate": 1e-4, "warmup_steps": 1,
                                       "eval_every": 2},
-                     "query_phase": {"steps": 3, "batch_size": 4, "learning_rate": 1e-4, "candidates": 16,
-                                     "eval_every": 2},
                      "dev_questions": 8, "checkpoint_every": 2, "log_every": 1},
         "openqa_eval": {"datasets": ["squad-open", "ct"], "question_limits": {"squad-open": 12, "ct": 6},
                         "answer_candidates": 5, "batch_size": 4, "temperatures": [1.0],

@@ -130,17 +130,6 @@ FINETUNE_CURVE = TableSchema("finetune_curve", 3, pa.schema([
     ("wall_seconds", pa.float64()),  # since the phase started (resumes included)
 ]))
 
-QUERY_PHASE_CURVE = TableSchema("query_phase_curve", 1, pa.schema([
-    ("step", pa.int64()),
-    ("loss", pa.float64()),          # early-update loss over the batch; NaN: no question had an
-                                     # answer-holding block among its candidates
-    ("learning_rate", pa.float64()),
-    ("questions", pa.int64()),       # questions trained on this step
-    ("no_positive", pa.int64()),     # questions with no answer-holding block among the candidates
-    ("dev_recall", pa.float64()),    # dev recall@top_k where evaluated, else null
-    ("wall_seconds", pa.float64()),  # since the phase started (resumes included)
-]))
-
 OPENQA_PREDICTIONS = TableSchema("openqa_predictions", 2, pa.schema([
     ("dataset", pa.string()),
     ("split", pa.string()),
@@ -180,5 +169,5 @@ PRETRAIN_HELDOUT = TableSchema("pretrain_heldout", 1, pa.schema([
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,
                                                        ICT_CURVE, RETRIEVAL_RESULTS, QUESTIONS,
                                                        PRETRAIN_METRICS, PRETRAIN_EVAL, PRETRAIN_HELDOUT,
-                                                       READER_MLM_METRICS, FINETUNE_CURVE, QUERY_PHASE_CURVE,
+                                                       READER_MLM_METRICS, FINETUNE_CURVE,
                                                        OPENQA_PREDICTIONS, RETROMAE_CURVE)}

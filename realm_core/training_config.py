@@ -178,22 +178,6 @@ class ReaderBudget(StageConfig):
     seed: int = 0
 
 
-class QueryBudget(StageConfig):
-    """ORQA's early update as a phase of its own: the query encoder alone, against the frozen
-    block embeddings, before any reader reads a retrieved block (`realm_core/openqa/query_tuning.py`)."""
-
-    steps: int = Field(0, ge=0, description="optimizer steps (0: the phase is skipped)")
-    batch_size: int = Field(32, ge=1, description="questions per step, in epoch order")
-    learning_rate: float = Field(1e-5, gt=0, description="the query encoder's peak rate (ORQA: 1e-5)")
-    warmup_steps: int = Field(0, ge=0)
-    candidates: int = Field(500, ge=2, description="top blocks under the current query encoder that the "
-                            "softmax runs over (ORQA: 5,000 of 13 M); those holding an answer are the positives")
-    eval_every: int = Field(0, ge=0, description="steps between dev recall@top_k evaluations; the best "
-                            "weights are kept (0: no evaluation, the last weights)")
-    patience: int = Field(0, ge=0, description="evaluations without a gain before stopping (0: never)")
-    seed: int = 0
-
-
 class FinetuneConfig(StageConfig):
     """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
     encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks.
@@ -217,10 +201,6 @@ class FinetuneConfig(StageConfig):
     gold_passage: ReaderBudget = Field(
         default_factory=lambda: ReaderBudget(steps=0),
         description="reader training on the gold passages first (0 steps: none)")
-    query_phase: QueryBudget = Field(
-        default_factory=QueryBudget,
-        description="dense systems: the query encoder alone trained to rank answer-holding blocks first "
-        "against the frozen index (ORQA's early update), after the gold-passage phase (0 steps: none)")
     top_k: int = Field(5, ge=1, description="retrieved blocks per question (REALM: 5)")
     reader_length: int = Field(384, ge=32, description="[CLS] question [SEP] title [SEP] body [SEP]; "
                                "question_length + the chunk length reads every block whole")

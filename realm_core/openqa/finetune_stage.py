@@ -50,13 +50,11 @@ from realm_core.config import (
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
-from realm_core.openqa.query_tuning import train_query_encoder
 from realm_core.openqa.reading import BlockStore, QAQuestion, with_corpus_positives
-from realm_core.openqa.retrievers import RETRIEVERS, Dense, Retriever, Sources
+from realm_core.openqa.retrievers import RETRIEVERS, Retriever, Sources
 from realm_core.progress import Progress
 
 READER_KIND = "qa_reader"
-QUERY_KIND = "qa_query_encoder"
 MODEL_KIND = "openqa_model"
 EVAL_KIND = "openqa_eval"
 CURVE_COLUMNS = ("step", "loss", "dev_em", "with_gold", "learning_rate")
@@ -275,59 +273,6 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     return cache.result()
 
 
-# what the query phase depends on besides its query encoder, the block embeddings and the questions
-QUERY_FIELDS = ("dataset", "split", "dev_split", "dev_questions", "query_phase", "top_k", "question_length",
-                "weight_decay", "max_grad_norm", "dropout", "checkpoint_every")
-
-
-def run_query_phase(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef, system: QASystem,
-                    config: FinetuneConfig, progress: Progress | None = None) -> StageResult | None:
-    """A dense system's query encoder after ORQA's early update (`finetune.query_phase`),
-    checkpoint chosen by dev recall@top_k. It depends on the query encoder and the frozen block
-    embeddings, not on the reader, so one artifact per retriever serves every system that uses it
-    (ICT's encoders behind three readers, REALM's behind two). None when the system is not dense,
-    its query encoder does not train, or the phase has no steps."""
-    from realm_core.bert import load_tokenizer
-    from realm_core.distributed import Placement
-    from realm_core.retrieval.encoders import RetrieverEncoder
-    from realm_core.retrieval.stage import encoder_hash
-
-    if not (RETRIEVERS[system.retrieval].needs_query_encoder and config.train_query_encoder and config.query_phase.steps):
-        return None
-    assert system.query_encoder is not None and system.doc_embed is not None
-    section = {k: v for k, v in config.model_dump(mode="json").items() if k in QUERY_FIELDS}
-    inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
-              "query_encoder": encoder_hash(system.query_encoder), "doc_encoder": encoder_hash(system.doc_embed.doc_encoder),
-              "doc_embed": system.doc_embed.config_hash(),  # its settings; the encoder's path is not in it
-              "code": code_version((__name__,), ("torch", "transformers", "faiss-cpu"))}
-    cache = CachedStage(store, QUERY_KIND, section, inputs)
-    if cache.hit:
-        return cache.hit
-    tokenizer = load_tokenizer(system.query_encoder)
-    blocks = _blocks(store, blocks_ref, tokenizer)
-    questions = load_questions(store, questions_ref, config.dataset, config.split)
-    dev = load_questions(store, questions_ref, config.dataset, config.dev_split, config.dev_questions) \
-        if config.query_phase.eval_every else None
-    query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=config.dropout)
-    query_encoder.to(Placement.from_env(config.device, config.precision).device)
-    retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)
-    assert isinstance(retriever, Dense)
-    checkpoints = Path(store.root) / "checkpoints" / f"query-phase-{cache.key}"
-    curves = train_query_encoder(retriever, questions, blocks, config.query_phase, config.weight_decay,
-                                 config.max_grad_norm, checkpoints, dev, progress, config.checkpoint_every)
-    stats = {"query_encoder": system.query_encoder, **curves.stats(len(questions), config.query_phase)}
-    report = (f"### query encoder after the early update, from {system.query_encoder}\n\n"
-              f"{stats['steps_run']} steps of {config.query_phase.batch_size} ({stats['epochs']} epochs, "
-              f"{stats['wall_seconds']} s); dev recall@{config.top_k} {stats['dev_recall_before']} before, "
-              f"best {stats['best_dev_recall']} at step {stats['best_step']}")
-    with cache.write() as out:
-        query_encoder.cpu().save_pretrained(out.tmp / "query_encoder", tokenizer_source=system.query_encoder)
-        out.table("query_phase_curve").write(curves.steps)
-        out.extra_manifest.update({"stats": stats, "report": report})
-    shutil.rmtree(checkpoints, ignore_errors=True)
-    return cache.result()
-
-
 def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
                  system: QASystem, config: FinetuneConfig, progress: Progress | None = None,
                  force: bool = False) -> StageResult:
@@ -344,13 +289,11 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
                           "it is evaluated as it is")
     _check_reader_length(config)
     placement = Placement.from_env(config.device, config.precision)
-    with rank_zero_first(placement):  # one process trains the shared gold-passage reader and query phase
+    with rank_zero_first(placement):  # one process trains the shared gold-passage reader
         gold = run_gold_reader(store, questions_ref, system.reader, config, progress, blocks_ref)
-        tuned = run_query_phase(store, blocks_ref, questions_ref, system, config, progress)
     reader_dir = f"{gold.ref.path}/reader" if gold is not None else system.reader
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",
-              "query_phase": tuned.ref.content_hash if tuned is not None else "none",
               "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
     cache = CachedStage(store, MODEL_KIND, config, inputs, force)
     if cache.hit:
@@ -363,8 +306,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     query_encoder = None
     if kind.needs_query_encoder:
         assert system.query_encoder is not None
-        query_dir = f"{tuned.ref.path}/query_encoder" if tuned is not None else system.query_encoder
-        query_encoder = RetrieverEncoder.from_pretrained(query_dir, dropout=config.dropout)
+        query_encoder = RetrieverEncoder.from_pretrained(system.query_encoder, dropout=config.dropout)
     retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)
     reader = SpanReader.from_pretrained(reader_dir, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, query_encoder)
@@ -380,14 +322,11 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
              "with_gold": round(float(np.mean([r["with_gold"] for r in curves.steps])), 3) if curves.steps else None,
              "final_loss": round(float(np.mean([r["loss"] for r in tail])), 4) if tail else None,
              "gold_passage": gold.stats if gold is not None else None,
-             "query_phase": tuned.stats if tuned is not None else None,
              "open": _budget_stats(curves, len(questions)),
              "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision}
     report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n"
     if gold is not None:
         report += gold.report + "\n\n"
-    if tuned is not None:
-        report += tuned.report + "\n\n"
     report += "open-domain phase:\n\n" + _curve(curves.steps)
     with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")

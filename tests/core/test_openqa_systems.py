@@ -59,7 +59,7 @@ def test_the_null_only_reader_row_resolves_the_null_only_run_of_the_same_config(
 
 def test_a_systems_cache_key_holds_its_encoders_content_not_their_paths(tmp_path: Path) -> None:
     """A copied store (every artifact path changes) hits the caches of the stages a system keys:
-    the embeddings, its query phase, its fine-tuning and the evaluation."""
+    the embeddings, its fine-tuning and the evaluation."""
     cfg = load_config("tiny")
     for name in ("a", "b"):
         for part in ("retriever/ict/query_encoder", "retriever/ict/doc_encoder"):
