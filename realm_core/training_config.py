@@ -167,14 +167,6 @@ class ReaderBudget(StageConfig):
                                   "length (each epoch's seeded order cut into pools of 50 batches, each pool "
                                   "sorted by row length), so rows pad to their own batch's longest, not to a "
                                   "random batch's")
-    negatives: int = Field(0, ge=0, description="gold-paragraph phase: BM25's best-ranked blocks that hold "
-                           "no answer, read beside each gold paragraph (DPR's hard negatives), so the joint "
-                           "softmax learns to reject a block; each adds a corpus-block row per question")
-    positive: Literal["paragraph", "block"] = Field(
-        "paragraph", description="gold-paragraph phase: what each question reads as its positive: SQuAD's "
-        "own paragraph, or the corpus block that holds it (the one of the paragraph's title that holds an "
-        "answer and shares the most words with it; the paragraph where no block of that title holds an "
-        "answer), so training rows have the form of the blocks retrieval returns at test time")
     seed: int = 0
 
 

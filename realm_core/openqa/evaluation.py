@@ -156,7 +156,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
 
     progress = progress or NoProgress()
     baseline = entries[0][0].reader
-    gold = run_gold_reader(store, questions_ref, baseline, finetune_config, progress, blocks_ref)
+    gold = run_gold_reader(store, questions_ref, baseline, finetune_config, progress)
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               "finetune": finetune_config.config_hash(), "code": code_version((__name__,), ("bm25s",)),
               "gold_reader": gold.ref.content_hash if gold is not None else "none"}

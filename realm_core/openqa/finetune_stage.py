@@ -50,7 +50,7 @@ from realm_core.config import (
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
-from realm_core.openqa.reading import BlockStore, QAQuestion, with_corpus_positives
+from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.openqa.retrievers import RETRIEVERS, Retriever, Sources
 from realm_core.progress import Progress
 
@@ -206,16 +206,14 @@ def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
 
 
 def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: FinetuneConfig,
-                    progress: Progress | None = None, blocks_ref: ArtifactRef | None = None) -> StageResult | None:
-    """The span reader trained on each training question's gold passage (`finetune.gold_passage`;
-    with `positive: block`, the corpus block that holds it, from `blocks_ref`), with
-    `gold_passage.negatives` BM25 hard negatives from the corpus (`blocks_ref`) beside it,
-    checkpoint chosen by dev exact match on the dev questions' gold passages (and their
-    negatives). Independent of the systems' retrievers, so one artifact per reader start serves
-    every system. None when the phase has no steps."""
+                    progress: Progress | None = None) -> StageResult | None:
+    """The span reader trained on each training question's gold passage (`finetune.gold_passage`,
+    DPR's reader phase), checkpoint chosen by dev exact match on the dev questions' gold
+    passages. Independent of the systems' retrievers and of the corpus, so one artifact per
+    reader start serves every system. None when the phase has no steps."""
     from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement, resolve_device
-    from realm_core.openqa.retrievers import GoldPassage, GoldWithNegatives
+    from realm_core.openqa.retrievers import GoldPassage
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.stage import encoder_hash
 
@@ -224,20 +222,13 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
         return None
     _check_reader_length(config)
     section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
-    corpus = bool(budget.negatives) or budget.positive == "block"
-    if corpus and blocks_ref is None:
-        raise ConfigError("finetune.gold_passage.negatives and positive=block read blocks of the corpus; "
-                          "this caller gave no blocks artifact")
     inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
               "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
-    if corpus:
-        assert blocks_ref is not None
-        inputs["blocks"] = blocks_ref.content_hash
     cache = CachedStage(store, READER_KIND, section, inputs)
     if cache.hit:
         return cache.hit
     tokenizer = load_tokenizer(reader_start)
-    blocks = _blocks(store, blocks_ref if corpus else None, tokenizer)
+    blocks = _blocks(store, None, tokenizer)
     questions = [q for q in load_questions(store, questions_ref, config.dataset, config.split, blocks=blocks)
                  if q.passage is not None]
     if not questions:
@@ -245,14 +236,10 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
                           "do); set finetune.gold_passage.steps=0")
     dev = [q for q in load_questions(store, questions_ref, config.dataset, config.dev_split,
                                      config.dev_questions, blocks=blocks) if q.passage is not None]
-    kept = {"train": 0, "dev": 0}
-    if budget.positive == "block":
-        questions, kept["train"] = with_corpus_positives(questions, blocks)
-        dev, kept["dev"] = with_corpus_positives(dev, blocks)
     reader = SpanReader.from_pretrained(reader_start, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, None)
     checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
-    retriever = GoldWithNegatives(blocks, 1 + budget.negatives) if budget.negatives else GoldPassage(blocks, 1)
+    retriever = GoldPassage(blocks, 1)
     # one process trains it (under torchrun, rank 0 while the others wait for the artifact), so
     # a placement of its own: `finetune.device` and `finetune.precision`, no process group
     placement = Placement(resolve_device(config.device), config.precision)
@@ -260,8 +247,7 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
                           checkpoints, dev, progress, placement)
     stats = {"reader_start": reader_start, "train_questions": len(questions), "dev_questions": len(dev),
              "device": str(placement.device), "precision": placement.precision,
-             "negatives": budget.negatives, "positive": budget.positive,
-             "paragraph_kept": kept, **_budget_stats(curves, len(questions))}
+             **_budget_stats(curves, len(questions))}
     report = (f"### gold-passage reader from {reader_start}\n\n"
               + _curve([r for r in curves.steps if r["dev_em"] is not None] or curves.steps))
     with cache.write() as out:
@@ -290,7 +276,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     _check_reader_length(config)
     placement = Placement.from_env(config.device, config.precision)
     with rank_zero_first(placement):  # one process trains the shared gold-passage reader
-        gold = run_gold_reader(store, questions_ref, system.reader, config, progress, blocks_ref)
+        gold = run_gold_reader(store, questions_ref, system.reader, config, progress)
     reader_dir = f"{gold.ref.path}/reader" if gold is not None else system.reader
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",

@@ -7,7 +7,7 @@ Shapes: B questions, K blocks per question, T tokens, L max span length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,9 +38,7 @@ class BlockStore:
         self.corpus_size = len(self.texts)
         self._pieces: dict[int, tuple[list[int], list[int], list[tuple[int, int]]]] = {}
         self._tokens: dict[int, str] = {}
-        self._words: dict[int, frozenset[str]] = {}
         self._passage_ids: dict[tuple[str, str], int] = {}
-        self._by_title: dict[str, list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -54,26 +52,6 @@ class BlockStore:
             self.texts.append(text)
         return self._passage_ids[key]
 
-    def corpus_block_of(self, q: QAQuestion) -> int | None:
-        """The corpus block that stands for a question's gold passage: among the corpus blocks of
-        the passage's title that hold an answer, the one sharing the most words with the passage
-        (the chunker cut the passage's article into these blocks, so that is where its text is);
-        None when no block of that title holds an answer."""
-        if q.passage is None:
-            return None
-        if self._by_title is None:
-            self._by_title = {}
-            for z in range(self.corpus_size):
-                self._by_title.setdefault(self.titles[z], []).append(z)
-        words = self.words(q.passage)
-        best, best_overlap = None, -1
-        for z in self._by_title.get(self.titles[q.passage], []):
-            if self.holds_answer(q, z):
-                overlap = len(words & self.words(z))
-                if overlap > best_overlap:
-                    best, best_overlap = z, overlap
-        return best
-
     def pieces(self, block: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
         """(title ids, body ids, body character offsets)."""
         if block not in self._pieces:
@@ -86,13 +64,6 @@ class BlockStore:
         if block not in self._tokens:
             self._tokens[block] = token_string(self.texts[block])
         return self._tokens[block]
-
-    def words(self, block: int) -> frozenset[str]:
-        """The block's distinct normalised words (kept: each same-title block is compared with
-        every question of its article)."""
-        if block not in self._words:
-            self._words[block] = frozenset(self.tokens(block).split())
-        return self._words[block]
 
     def holds_answer(self, q: QAQuestion, block: int, body_tokens: int | None = None) -> bool:
         """DPR's has_answer on the block text (CuratedTREC: a regex found in it); with
@@ -108,17 +79,6 @@ class BlockStore:
         if q.match == "regex":
             return regex_match(q.answers, text)
         return has_answer(q.answers, tokens if tokens is not None else self.tokens(block))
-
-
-def with_corpus_positives(questions: list[QAQuestion], blocks: BlockStore) -> tuple[list[QAQuestion], int]:
-    """The questions with each gold passage replaced by its corpus block (`corpus_block_of`), and
-    how many kept their paragraph because no block of its title holds an answer."""
-    out, kept = [], 0
-    for q in questions:
-        block = blocks.corpus_block_of(q)
-        kept += block is None
-        out.append(q if block is None else replace(q, passage=block))
-    return out, kept
 
 
 @dataclass

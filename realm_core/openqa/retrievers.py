@@ -6,7 +6,6 @@ their softmax as p(z|x) (REALM §3.3's per-block form).
 | name  | proposes                                   | logits                          |
 |-------|--------------------------------------------|---------------------------------|
 | gold  | each question's own gold passage (K=1)     | 0                               |
-| gold_negatives | the gold passage + BM25's best blocks that hold no answer (K=1+n) | 0 |
 | bm25  | bm25s over title + body                    | BM25 scores (fixed)             |
 | dense | query encoder vs frozen block embeddings   | inner product (query encoder trains) |
 | none  | nothing                                    | -                               |
@@ -178,46 +177,4 @@ class Dense(Retriever):
         return torch.einsum("bd,bkd->bk", q, vectors)  # (B, K)
 
 
-class GoldWithNegatives(Retriever):
-    """Each question's gold passage, then `top_k - 1` hard negatives: BM25's best-ranked corpus
-    blocks that hold no answer (DPR's reader trains on its positive passage beside such
-    negatives). With them the gold-paragraph phase has something to reject, so the joint softmax
-    learns "no answer here" before the reader meets retrieved blocks. A question with too few
-    answer-free blocks in BM25's top `depth` takes the rest from a fixed order of the corpus."""
-
-    name = "gold_negatives"
-    retrieves = True
-
-    def __init__(self, blocks: BlockStore, top_k: int, depth: int = 50) -> None:
-        super().__init__(blocks, top_k)
-        self.negatives = top_k - 1
-        self.gold = GoldPassage(blocks, 1)
-        self.bm25 = BM25(blocks, min(depth, blocks.corpus_size))
-        self._fallback = np.random.default_rng(0).permutation(blocks.corpus_size)
-
-    def propose(self, questions: list[QAQuestion]) -> Proposal:
-        gold = self.gold.propose(questions).ids  # (B, 1)
-        ranked = self.bm25.propose(questions).ids  # (B, depth)
-        rows = []
-        for q, g, candidates in zip(questions, gold, ranked, strict=True):
-            negatives = self._answer_free(q, candidates)
-            if len(negatives) < self.negatives:
-                negatives += self._answer_free(q, self._fallback, exclude=set(negatives))
-            rows.append([int(g[0]), *negatives[:self.negatives]])
-        ids = np.asarray(rows, dtype=np.int64)
-        if ids.shape[1] != self.top_k:
-            raise ValueError(f"the corpus holds fewer than {self.negatives} blocks without the answer")
-        return Proposal(ids, np.zeros(ids.shape, dtype=np.float32))
-
-    def _answer_free(self, q: QAQuestion, candidates: np.ndarray, exclude: set[int] | None = None) -> list[int]:
-        out: list[int] = []
-        for z in candidates:
-            if len(out) == self.negatives:
-                break
-            if (exclude is None or int(z) not in exclude) and not self.blocks.holds_answer(q, int(z)):
-                out.append(int(z))
-        return out
-
-
-RETRIEVERS: dict[str, type[Retriever]] = {"none": Retriever, "gold": GoldPassage, "bm25": BM25, "dense": Dense,
-                                          "gold_negatives": GoldWithNegatives}
+RETRIEVERS: dict[str, type[Retriever]] = {"none": Retriever, "gold": GoldPassage, "bm25": BM25, "dense": Dense}

@@ -26,9 +26,8 @@ from realm_core.openqa.reading import (
     QAQuestion,
     gold_row_lengths,
     reader_rows,
-    with_corpus_positives,
 )
-from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, GoldWithNegatives, Retriever
+from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, Retriever
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash
@@ -262,68 +261,6 @@ def test_gold_passage_phase_learns_and_keeps_the_best_dev_checkpoint(tiny_bert: 
     assert curves.stopped_early and len(curves.steps) < 60
     after = predict(models, GoldPassage(blocks, 1), qs, blocks, tok, config)[None]
     assert all(answer_correct(p.answer, q) for p, q in zip(after, qs, strict=True))  # the best weights
-
-
-def test_hard_negatives_are_bm25s_best_blocks_without_the_answer(tiny_bert: str) -> None:
-    """gold_negatives proposes the gold passage, then BM25's ranking with every block that holds
-    an answer removed; past BM25's depth it fills from a fixed order, never with an answer."""
-    tok = load_tokenizer(tiny_bert)
-    blocks = BlockStore(TITLES, TEXTS, tok)
-    q = QAQuestion("q0", "What is the capital of France?", ("Paris",), passage=blocks.add_passage("France", TEXTS[0]))
-    assert q.passage == 6  # gold passages come after the 6 corpus blocks
-    ranking = [int(z) for z in BM25(blocks, 6).propose([q]).ids[0]]
-    expected = [z for z in ranking if z != 0][:2]  # block 0 holds "Paris"
-    assert GoldWithNegatives(blocks, 3).propose([q]).ids.tolist() == [[6, *expected]]
-    shallow = GoldWithNegatives(blocks, 4, depth=1).propose([q]).ids[0].tolist()
-    assert shallow[0] == 6 and len(set(shallow[1:])) == 3 and 0 not in shallow[1:]
-    everywhere = QAQuestion("q9", "Which city is a capital?", ("capital",), passage=q.passage)
-    with pytest.raises(ValueError, match="fewer than 2 blocks without the answer"):
-        GoldWithNegatives(blocks, 3).propose([everywhere])  # only Zürich's block lacks "capital"
-
-
-def test_corpus_positive_is_the_block_of_the_paragraphs_title_that_holds_it(tiny_bert: str) -> None:
-    """positive=block: among the corpus blocks of the paragraph's title that hold an answer, the
-    one sharing the most words with the paragraph; a question whose answer no block of its title
-    holds keeps its paragraph, and is counted."""
-    tok = load_tokenizer(tiny_bert)
-    titles = ["Paris", "Paris", "Paris", "Lyon"]
-    texts = ["Paris is the capital of France. The Seine crosses it from east to west.",
-             "The Louvre in Paris opened in 1793 and holds the Mona Lisa.",
-             "Paris hosted the Olympics in 1900, in 1924 and in 2024.",
-             "Lyon hosted a stage of the Tour de France in 1924."]
-    blocks = BlockStore(titles, texts, tok)
-    paragraph = blocks.add_passage("Paris", "Paris hosted the Summer Olympics in 1900 and in 1924.")
-    # "Paris" is in all three Paris blocks: the words shared with the paragraph decide
-    olympics = QAQuestion("q0", "Which city hosted the 1900 Olympics?", ("Paris",), passage=paragraph)
-    seine = QAQuestion("q1", "Which river crosses Paris?", ("Seine", "the Seine"),
-                       passage=blocks.add_passage("Paris", "The Seine crosses Paris from east to west."))
-    # 1924 is in blocks 2 (Paris) and 3 (Lyon): the paragraph's title decides
-    year = QAQuestion("q2", "When did Paris host the Olympics a second time?", ("1924",), passage=paragraph)
-    nowhere = QAQuestion("q3", "Who designed the tower?", ("Eiffel",), passage=paragraph)
-    assert [blocks.corpus_block_of(q) for q in (olympics, seine, year, nowhere)] == [2, 0, 2, None]
-    moved, kept = with_corpus_positives([olympics, seine, nowhere], blocks)
-    assert [q.passage for q in moved] == [2, 0, paragraph] and kept == 1
-    louvre = QAQuestion("q5", "When did the Louvre open?", ("1793",),
-                        passage=blocks.add_passage("Paris", "The Louvre opened in 1793."))
-    assert blocks.corpus_block_of(louvre) == 1  # the only block of its title holding the answer
-
-
-def test_gold_phase_with_hard_negatives_learns_to_pick_the_gold_block(tiny_bert: str, tmp_path: Path) -> None:
-    """With negatives beside each gold passage the joint softmax spans both, and the reader
-    learns to answer from the gold block rather than from a block without the answer."""
-    tok = load_tokenizer(tiny_bert)
-    blocks = BlockStore(TITLES, TEXTS, tok)
-    qs = [QAQuestion(q.qid, q.question, q.answers, passage=blocks.add_passage(TITLES[i], TEXTS[i]))
-          for i, q in zip((0, 1, 2, 4), QUESTIONS, strict=True)]
-    models = QAModels(SpanReader.from_pretrained(tiny_bert, 4, seed=0), None)
-    config = _config(form="joint")
-    budget = ReaderBudget(steps=60, batch_size=2, learning_rate=3e-3, warmup_steps=0, eval_every=4, patience=3,
-                          negatives=1)
-    retriever = GoldWithNegatives(blocks, 2)
-    curves = train_reader(models, retriever, qs, blocks, tok, config, budget, tmp_path, dev=qs)
-    assert curves.best_dev_em == 1.0
-    after = predict(models, retriever, qs, blocks, tok, config)[None]
-    assert [p.block for p in after] == [q.passage for q in qs]
 
 
 def test_segment_ids_mark_the_block_and_cuts_are_counted(tiny_bert: str) -> None:
