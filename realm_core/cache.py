@@ -136,6 +136,7 @@ class CachedStage:
     force: bool = False
     config_hash: str = field(init=False)
     key: str = field(init=False)
+    _hit: StageResult | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.config_hash = (artifact_key(json.dumps(self.config, sort_keys=True), {})
@@ -147,12 +148,16 @@ class CachedStage:
 
     @property
     def hit(self) -> StageResult | None:
-        """The published artifact of this key (None on a miss, or always when forced)."""
+        """The published artifact of this key (None on a miss, or always when forced). A hit is
+        looked up and verified once: every stage asks `if cache.hit: return cache.hit`."""
+        if self._hit is not None:
+            return self._hit
         found = None if self.force else self.store.lookup(self.kind, self.key)
         if found is None and _EXISTING_ONLY.get():
             raise MissingArtifactError(f"{self.store.root}: no {self.kind} artifact for this config and code "
                                        f"({self.kind}/{self.key})")
-        return None if found is None else self._result(found, cached=True)
+        self._hit = None if found is None else self._result(found, cached=True)
+        return self._hit
 
     @contextmanager
     def write(self) -> Iterator[ArtifactWriter]:

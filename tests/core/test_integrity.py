@@ -163,3 +163,16 @@ def test_realm_verify_reports_a_store_and_names_what_is_damaged(tmp_path: Path) 
     assert r.exit_code == 2 and "part-00001.parquet: sha256" in r.output
     r = runner.invoke(app, ["verify", "--root", str(tmp_path / "nowhere")], env={"COLUMNS": "300"})
     assert r.exit_code == 2 and "expected an artifact store" in r.output and not (tmp_path / "nowhere").exists()
+
+
+def test_a_hit_is_looked_up_and_verified_once(store: ArtifactStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stages ask `if cache.hit: return cache.hit`: the artifact's files are checked once."""
+    from realm_core.artifacts import Artifact
+
+    cache, _ = _stage(store)
+    checks: list[str] = []
+    real = Artifact.verify
+    monkeypatch.setattr(Artifact, "verify", lambda self, mode="content": checks.append(self.path) or real(self, mode))
+    again = CachedStage(store, "documents", {"rows": 2}, {"x": "h"})
+    assert again.hit is not None and again.hit is again.hit
+    assert len(checks) == 1
