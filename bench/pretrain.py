@@ -66,10 +66,22 @@ def heldout_test(rows: dict[str, list[dict[str, Any]]], resamples: int = 10_000)
         d, lo, hi = article_bootstrap([realm[i]["correct"] for i in keep], [null[i]["correct"] for i in keep],
                                       [articles[i] for i in keep], resamples)
         gain.update({"recoverable_delta": d, "recoverable_ci95": [lo, hi]})
+    # where REALM's retrieved blocks held the span, copying could help; elsewhere only the reader's
+    # own knowledge could: the gain split in two says which side carries it
+    by_retrieval = {}
+    for name, wanted in (("answer_retrieved", True), ("answer_not_retrieved", False)):
+        idx = [i for i, r in enumerate(realm) if bool(r.get("answer_retrieved")) == wanted]
+        part: dict[str, Any] = {"examples": len(idx), "REALM": accuracy(realm, idx), "null only": accuracy(null, idx),
+                                "delta": None, "ci95": None}
+        if idx:
+            d, lo, hi = article_bootstrap([realm[i]["correct"] for i in idx], [null[i]["correct"] for i in idx],
+                                          [articles[i] for i in idx], resamples)
+            part.update({"delta": d, "ci95": [lo, hi]})
+        by_retrieval[name] = part
     return {"examples": len(realm), "articles": len(set(articles)), "recoverable_examples": len(keep),
             "systems": {n: {"accuracy": accuracy(rs), "recoverable_accuracy": accuracy(rs, keep),
                             "log_p": sum(r["log_p"] for r in rs) / len(rs)} for n, rs in rows.items()},
-            "gain": gain}
+            "gain": gain, "by_retrieval": by_retrieval}
 
 
 def ablation_row(name: str, run: dict[str, Any], realm: dict[str, Any], resamples: int = 10_000) -> dict[str, Any]:
@@ -131,12 +143,14 @@ def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, rea
 
 
 def curves(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """A run's learning curves: each logged step's loss, retrieval utility and p(null), and the
-    held-out span accuracy at each evaluation."""
-    keep = ("step", "loss", "span_accuracy", "retrieval_utility", "p_null")
+    """A run's learning curves: each logged step's loss, retrieval utility, p(null) and share of
+    examples whose span a retrieved block held, and the same on the held-out test at each
+    evaluation beside its span accuracy."""
+    keep = ("step", "loss", "span_accuracy", "retrieval_utility", "p_null", "answer_retrieved")
     return {"steps": [{k: r.get(k) for k in keep} for r in run["steps"]],
             "evals": [{"step": r["step"], "heldout_accuracy": r["span_accuracy"],
-                       "p_null": r.get("p_null"), "retrieval_utility": r.get("retrieval_utility")}
+                       "p_null": r.get("p_null"), "retrieval_utility": r.get("retrieval_utility"),
+                       "answer_retrieved": r.get("answer_retrieved")}
                       for r in run["eval"]]}
 
 

@@ -86,13 +86,14 @@ QUESTIONS = TableSchema("questions", 2, pa.schema([
     ("context", pa.string()),      # SQuAD: the gold paragraph (the reader's ceiling); else null
 ]))
 
-PRETRAIN_METRICS = TableSchema("pretrain_metrics", 1, pa.schema([
+PRETRAIN_METRICS = TableSchema("pretrain_metrics", 2, pa.schema([
     ("step", pa.int64()),
     ("loss", pa.float64()),              # -log p(y|x), mean over the batch
     ("span_accuracy", pa.float64()),     # masked spans predicted exactly (marginal argmax)
     ("log_likelihood", pa.float64()),
     ("p_null", pa.float64()),            # mean p(z = null | x)
     ("retrieval_utility", pa.float64()), # REALM §4.5: log p(y|x,z_best) - log p(y|x,null)
+    ("answer_retrieved", pa.float64()),  # share of examples whose span a retrieved block holds
     ("learning_rate", pa.float64()),
     ("index_step", pa.int64()),          # retriever step of the index in use
     ("staleness", pa.int64()),           # retriever steps since that index was built
@@ -100,12 +101,13 @@ PRETRAIN_METRICS = TableSchema("pretrain_metrics", 1, pa.schema([
     ("blocked_s", pa.float64()),         # cumulative seconds the loop waited on the index
 ]))
 
-PRETRAIN_EVAL = TableSchema("pretrain_eval", 1, pa.schema([
+PRETRAIN_EVAL = TableSchema("pretrain_eval", 2, pa.schema([
     ("step", pa.int64()),
     ("span_accuracy", pa.float64()),
     ("log_likelihood", pa.float64()),
     ("p_null", pa.float64()),
     ("retrieval_utility", pa.float64()),
+    ("answer_retrieved", pa.float64()),  # share of held-out examples whose span a retrieved block holds
     ("examples", pa.int64()),
 ]))
 
@@ -157,13 +159,14 @@ RETROMAE_CURVE = TableSchema("retromae_curve", 1, pa.schema([
     ("seconds", pa.float64()),
 ]))
 
-PRETRAIN_HELDOUT = TableSchema("pretrain_heldout", 1, pa.schema([
+PRETRAIN_HELDOUT = TableSchema("pretrain_heldout", 2, pa.schema([
     ("example", pa.int64()),      # position in the held-out test (drawn at random, pretrain.seed)
     ("doc_id", pa.string()),      # the article: held-out articles never train
     ("block_id", pa.int64()),     # the block the masked sentence comes from
     ("correct", pa.bool_()),      # every masked wordpiece predicted (marginal argmax), last eval
     ("log_p", pa.float64()),      # log p(y|x) at the last eval
     ("recoverable", pa.bool_()),  # the span occurs in a block that is not a trivial retrieval
+    ("answer_retrieved", pa.bool_()),  # a block retrieved for it at the last eval holds the span
 ]))
 
 SCHEMAS: dict[str, TableSchema] = {s.kind: s for s in (DOCUMENTS, BLOCKS, SENTENCES, SALIENT_SPANS,

@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from realm_core.pretrain.batches import (
     reader_batch,
     retrieve_candidates,
 )
+from realm_core.pretrain.heldout import answer_retrieved, continuation_ids
 from realm_core.pretrain.reader import MarginalOutput, marginal_likelihood, span_predictions
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.progress import NoProgress, Progress
@@ -70,6 +72,11 @@ class PretrainData:
     heldout: list[MaskedExample]
     blocks: BlockTexts
     tokenizer: Any
+
+    @cached_property
+    def continuation(self) -> set[int]:
+        """The tokenizer's word-continuing wordpieces (`##...`), for whole-word span matches."""
+        return continuation_ids(self.tokenizer)
 
 
 @dataclass
@@ -150,13 +157,22 @@ def span_correct(out: MarginalOutput, batch: Any) -> torch.Tensor:
     return correct
 
 
-def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor) -> dict[str, float]:
+def answer_in_batch(examples: list[MaskedExample], batch: Any, data: PretrainData) -> np.ndarray:
+    """(B,) whether a retrieved block of each example holds its masked span (`answer_retrieved`)."""
+    return answer_retrieved(examples, batch.input_ids.cpu().numpy(), batch.block_mask.cpu().numpy(),
+                            data.continuation)
+
+
+def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor,
+                  answer: np.ndarray | None = None) -> dict[str, float]:
     """Span accuracy of the marginal prediction, mean p(null|x), retrieval utility (REALM §4.5:
-    log p(y|x,z_best) - log p(y|x,null), z_best the highest-scoring retrieved block)."""
+    log p(y|x,z_best) - log p(y|x,null), z_best the highest-scoring retrieved block), and, given
+    `answer` (B,), the share of examples whose span a retrieved block holds."""
     with torch.no_grad():
         correct = span_correct(out, batch)  # (B,)
         metrics = {"span_accuracy": float(correct.mean()), "log_likelihood": float(out.log_p_y.mean()),
-                   "p_null": float(out.log_p_z[:, 0].exp().mean())}
+                   "p_null": float(out.log_p_z[:, 0].exp().mean()),
+                   "answer_retrieved": float(answer.mean()) if answer is not None else 0.0}
         if scores.size(1) > 1 and bool(batch.block_mask[:, 1:].any()):
             retrieved = scores[:, 1:].masked_fill(~batch.block_mask[:, 1:], float("-inf"))  # (B, K-1)
             best = retrieved.argmax(-1) + 1  # (B,)
@@ -190,7 +206,7 @@ def utility_below_zero(steps: list[dict[str, float]], window: int) -> tuple[int,
     return best
 
 
-EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
+EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
 
 
 def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
@@ -198,7 +214,8 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
              per_example: list[dict[str, float]] | None = None) -> dict[str, float]:
     """Held-out masked salient-span metrics, averaged over `examples` held-out examples (each
     rank scores its slice; the sums are added over ranks). `per_example`, when given, receives
-    each example's row, in held-out order: whether its span was predicted and log p(y|x)."""
+    each example's row, in held-out order: whether its span was predicted, log p(y|x) and
+    whether a retrieved block held the span."""
     place = placement or Placement.single()
     for m in models.modules().values():
         m.eval()
@@ -207,22 +224,26 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
     mine = place.shard(held)
     correct = np.zeros(len(held))  # (E,) this rank's examples filled in; the rest added over ranks
     log_p = np.zeros(len(held))
+    found = np.zeros(len(held))
     with torch.no_grad():
         for start in range(0, len(mine), config.batch_size):
             chunk = mine[start:start + config.batch_size]
             out, batch, scores = realm_forward(models, chunk, index, data, config, place)
-            for k, v in batch_metrics(out, batch, scores).items():
+            answer = answer_in_batch(chunk, batch, data)  # (b,)
+            for k, v in batch_metrics(out, batch, scores, answer).items():
                 totals[k] += v * len(chunk)
             rows = [place.rank + (start + i) * place.world_size for i in range(len(chunk))]  # shard = held[rank::world]
             correct[rows] = span_correct(out, batch).cpu().numpy()
             log_p[rows] = out.log_p_y.float().cpu().numpy()
+            found[rows] = answer
     for m in models.modules().values():
         m.train()
     summed = place.sum(list(totals.values()))
     if per_example is not None:
-        both = place.sum([*correct, *log_p])
-        per_example[:] = [{"example": float(i), "correct": both[i], "log_p": both[len(held) + i]}
-                          for i in range(len(held))]
+        n = len(held)
+        every = place.sum([*correct, *log_p, *found])
+        per_example[:] = [{"example": float(i), "correct": every[i], "log_p": every[n + i],
+                           "answer_retrieved": every[2 * n + i]} for i in range(n)]
     return {k: v / max(len(held), 1) for k, v in zip(totals, summed, strict=True)} | {"examples": float(len(held))}
 
 
@@ -302,7 +323,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
                 weight = len(chunk) * place.world_size / len(picks)
                 (out.loss * weight).backward()  # type: ignore[no-untyped-call]
             loss_sum += out.loss.item() * len(chunk)
-            for k, v in batch_metrics(out, batch, scores).items():
+            for k, v in batch_metrics(out, batch, scores, answer_in_batch(chunk, batch, data)).items():
                 totals[k] += v * len(chunk)
         # clip, step
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],

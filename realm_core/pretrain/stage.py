@@ -49,8 +49,8 @@ from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
-STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "staleness")
-EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility")
+STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "staleness")
+EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
 
 
 def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: PretrainConfig,
@@ -217,7 +217,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     final_eval = curves.evals[-1]
     locator = SpanLocator(title_body_wordpieces(data.blocks, tokenizer), continuation_ids(tokenizer))
     heldout_rows = [{"example": i, "doc_id": e.doc_id, "block_id": e.block_id, "correct": r["correct"] > 0.5,
-                     "log_p": r["log_p"], "recoverable": recoverable(e, locator, data.blocks, config.exclusion)}
+                     "log_p": r["log_p"], "recoverable": recoverable(e, locator, data.blocks, config.exclusion),
+                     "answer_retrieved": r["answer_retrieved"] > 0.5}
                     for i, (e, r) in enumerate(zip(heldout, curves.heldout, strict=True))]
     recoverable_correct = [bool(r["correct"]) for r in heldout_rows if r["recoverable"]]
     tail = curves.steps[-min(20, len(curves.steps)):]
@@ -234,6 +235,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         if recoverable_correct else None,
         "heldout_retrieval_utility": round(final_eval["retrieval_utility"], 4),
         "heldout_p_null": round(final_eval["p_null"], 4),
+        "heldout_answer_retrieved": round(final_eval["answer_retrieved"], 4),
         "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
         "utility_below_zero_steps": list(collapse) if collapse else None,
         "wall_seconds": round(wall, 1),

@@ -9,6 +9,7 @@ from realm_core.openqa.significance import paired_bootstrap
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import (
     SpanLocator,
+    answer_retrieved,
     article_bootstrap,
     masked_runs,
     recoverable,
@@ -47,6 +48,39 @@ def test_sample_takes_everything_when_asked_for_more() -> None:
 def test_masked_runs_split_at_gaps() -> None:
     assert masked_runs(_example("a", 0, [3, 4, 5], [10, 11, 12])) == [[10, 11, 12]]
     assert masked_runs(_example("a", 0, [7, 2, 3], [30, 10, 11])) == [[10, 11], [30]]
+
+
+def test_answer_retrieved_looks_only_in_retrieved_blocks_as_the_reader_reads_them() -> None:
+    continuation = {99}
+    query = [101, 103, 103, 102]  # [CLS] [MASK] [MASK] [SEP]: the span itself is masked out
+    ex = MaskedExample(query, [1, 2], [5, 6], 0, "wiki:1", 0)
+    two_runs = MaskedExample([101, 103, 7, 103, 102], [1, 3], [5, 8], 0, "wiki:1", 0)
+
+    def rows(*bodies: list[int]) -> np.ndarray:
+        width = 12
+        out = np.zeros((1, len(bodies), width), dtype=np.int64)  # (B, K, T), 0 = padding
+        for k, body in enumerate(bodies):
+            row = [*query, *body][:width]
+            out[0, k, :len(row)] = row
+        return out
+
+    null = [102]  # slot 0: the null block reads [CLS] x [SEP] and nothing else
+    held = rows(null, [9, 102, 5, 6, 102], [4, 102, 3, 102])
+    on = np.array([[True, True, True]])
+    assert answer_retrieved([ex], held, on, continuation).tolist() == [True]
+    off = np.array([[True, False, True]])  # the slot holding the span is empty (excluded)
+    assert answer_retrieved([ex], held, off, continuation).tolist() == [False]
+    # only the null slot holds it: the null block is never a retrieval
+    assert answer_retrieved([ex], rows([5, 6], [4, 102]), on[:, :2], continuation).tolist() == [False]
+    # the span's last word goes on (6 ##99): not the same word
+    assert answer_retrieved([ex], rows(null, [5, 6, 99, 102]), on[:, :2], continuation).tolist() == [False]
+    # two masked runs: one block must hold both
+    both = np.zeros((1, 3, 14), dtype=np.int64)
+    both[0, 1, 5:10] = [5, 102, 8, 102, 0]
+    both[0, 2, 5:8] = [5, 4, 4]
+    assert answer_retrieved([two_runs], both, on, continuation).tolist() == [True]
+    both[0, 1, 7] = 4
+    assert answer_retrieved([two_runs], both, on, continuation).tolist() == [False]
 
 
 def _blocks(rows: list[tuple[str, str]]) -> BlockTexts:

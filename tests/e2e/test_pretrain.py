@@ -58,6 +58,10 @@ def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_pretraine
     accuracy = sum(r["correct"] for r in rows) / len(rows)
     assert accuracy == pytest.approx(run.read_table("pretrain_eval").to_pylist()[-1]["span_accuracy"])
     assert stats["recoverable_examples"] == sum(r["recoverable"] for r in rows)
+    # a span found in a retrieved block is recoverable (retrieved blocks are never trivial ones)
+    found = [r for r in rows if r["answer_retrieved"]]
+    assert all(r["recoverable"] for r in found)
+    assert stats["heldout_answer_retrieved"] == pytest.approx(len(found) / len(rows), abs=1e-4)
     # the reader's masked-LM warm-up ran first (`realm pretrain` resolves it as a stage of its
     # own, so pretraining finds it in the cache), never on held-out articles' blocks
     warm = stats["reader_mlm"]
@@ -73,6 +77,8 @@ def test_null_only_baseline_never_retrieves(tiny_upstream: TinyUpstream, tmp_pat
     metrics = store.open(result.ref).read_table("pretrain_metrics").to_pylist()
     assert {r["p_null"] for r in metrics} == {1.0}
     assert {r["retrieval_utility"] for r in metrics} == {0.0}
+    assert {r["answer_retrieved"] for r in metrics} == {0.0}
+    assert not any(r["answer_retrieved"] for r in store.open(result.ref).read_table("pretrain_heldout").to_pylist())
     assert not (tmp_path / "c" / "runs").exists() or not list((tmp_path / "c" / "runs").glob("*/index/v*"))
 
 
