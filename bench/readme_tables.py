@@ -165,13 +165,76 @@ def pretrain_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def realm_gain_table(result: Result) -> str:
+    """REALM against null-only at the gain budget (experiments/pretrain.py, bench/results/pretrain.json):
+    held-out accuracy on all and on the recoverable spans, the share whose span a retrieved block
+    held, the paired gain split by it, the held-out curve at each evaluation, zero-shot recall."""
+    cfg, runs, h = result["config"], result["runs"], result["heldout"]
+    b = result["budget"]
+    lines = ["| system | held-out span accuracy (%) | recoverable (%) | span in a retrieved block (%) | "
+             "p(null) | retrieval utility | wall |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in ("REALM", "null only"):
+        st, sy = runs[name]["stats"], h["systems"][name]
+        found = st.get("heldout_answer_retrieved")
+        shown = "-" if found is None or name != "REALM" else f"{100 * found:.1f}"
+        lines.append(f"| {name} | {100 * sy['accuracy']:.1f} | {100 * (sy['recoverable_accuracy'] or 0):.1f} | "
+                     f"{shown} | "
+                     f"{st['heldout_p_null']:.3f} | {st['heldout_retrieval_utility']:+.3f} | "
+                     f"{_minutes(st['wall_seconds'])} |")
+    g = h["gain"]
+    lines += ["", f"{h['examples']:,} held-out masked spans drawn at random from {h['articles']} articles never "
+              f"trained on, {h['recoverable_examples']:,} of them recoverable. {b['steps']:,} steps of "
+              f"{b['batch_size']} ({b['steps'] * b['batch_size'] / runs['REALM']['stats']['train_examples']:.2f} "
+              f"passes over {runs['REALM']['stats']['train_examples']:,} training spans), lr {b['learning_rate']:g}, "
+              f"top-{b['top_k']} with the null block, reader {cfg['reader_length']} wordpieces (query "
+              f"{cfg['query_length']}, the whole block), the encoders frozen for the first "
+              f"{cfg['retriever_frozen_steps']} steps then at {b['retriever_lr_scale']:g}x the reader's rate, "
+              f"index refreshed every {b['refresh_every']} steps; both from one reader warmed up by "
+              f"{b['reader_mlm_steps']} steps of masked LM.", "",
+              "| REALM minus null-only (points, 95% interval over articles) | examples | REALM (%) | null only (%) | "
+              "difference |", "|---|---:|---:|---:|---|",
+              f"| all held-out spans | {h['examples']:,} | {100 * h['systems']['REALM']['accuracy']:.1f} | "
+              f"{100 * h['systems']['null only']['accuracy']:.1f} | "
+              f"**{_interval(g['accuracy_delta'], g['accuracy_ci95'])}** |",
+              f"| recoverable spans | {h['recoverable_examples']:,} | "
+              f"{100 * (h['systems']['REALM']['recoverable_accuracy'] or 0):.1f} | "
+              f"{100 * (h['systems']['null only']['recoverable_accuracy'] or 0):.1f} | "
+              f"**{_interval(g['recoverable_delta'], g['recoverable_ci95'])}** |"]
+    for key, label in (("answer_retrieved", "REALM's retrieved blocks held the span"),
+                       ("answer_not_retrieved", "they did not")):
+        part = (h.get("by_retrieval") or {}).get(key)
+        if part and part["examples"]:
+            lines.append(f"| {label} | {part['examples']:,} | {100 * part['REALM']:.1f} | "
+                         f"{100 * part['null only']:.1f} | {_interval(part['delta'], part['ci95'])} |")
+    curves = result.get("curves", {})
+    realm_evals = {int(e["step"]): e for e in curves.get("REALM", {}).get("evals", [])}
+    null_evals = {int(e["step"]): e for e in curves.get("null only", {}).get("evals", [])}
+    if realm_evals:
+        lines += ["", "| step | REALM held-out accuracy (%) | null only (%) | span in a retrieved block (%) | "
+                  "p(null) | retrieval utility |", "|---:|---:|---:|---:|---:|---:|"]
+        for step, e in sorted(realm_evals.items()):
+            null = null_evals.get(step)
+            found = e.get("answer_retrieved")
+            null_acc = "-" if null is None else f"{100 * null['heldout_accuracy']:.1f}"
+            found_at = "-" if found is None else f"{100 * found:.1f}"
+            lines.append(f"| {step:,} | {100 * e['heldout_accuracy']:.1f} | {null_acc} | {found_at} | {e['p_null']:.3f} | "
+                         f"{e['retrieval_utility']:+.3f} |")
+    if (z := result.get("zero_shot")) is not None:
+        lines += ["", f"Zero-shot retrieval, SQuAD-open dev ({z['questions']} questions): R@5 "
+                  f"{100 * z['before']['R@5']:.1f} before REALM pretraining, {100 * z['after']['R@5']:.1f} after "
+                  f"(paired: {_interval(z['R@5 after - before']['delta'], z['R@5 after - before']['ci95'])}); "
+                  f"R@20 {100 * z['before']['R@20']:.1f} -> {100 * z['after']['R@20']:.1f} "
+                  f"({_interval(z['R@20 after - before']['delta'], z['R@20 after - before']['ci95'])})."]
+    return "\n".join(lines)
+
+
 def _interval(d: float | None, ci: list[float] | None) -> str:
     return "-" if d is None or ci is None else f"{100 * d:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
 
 
 def _heldout_lines(result: Result) -> list[str]:
     """The held-out test drawn over articles, Table 2's rows and zero-shot recall, where the
-    results file has them (runs of bench/pretrain.py since the held-out test was redrawn)."""
+    results file has them (runs of experiments/pretrain.py since the held-out test was redrawn)."""
     lines: list[str] = []
     if (h := result.get("heldout")) is not None:
         g = h["gain"]
@@ -296,7 +359,7 @@ def openqa_table(result: Result) -> str:
 
 def _open_phase_row(run: Result, system: str, paired: Result | None) -> str:
     """One run of `make openqa-open-phase`, its settings read from the run itself (the ICT warm
-    start's stats and config and the fine-tune config that bench/paired_runs.py keeps)."""
+    start's stats and config and the fine-tune config that experiments/paired_runs.py keeps)."""
     ws = (run.get("warm_starts") or {}).get("ict") or {}
     length = ((run.get("warm_start_configs") or {}).get("ict") or {}).get("block_length")
     ft = run.get("finetune") or {}
@@ -331,6 +394,11 @@ OPEN_PHASE_VARIANTS = (("openqa_ictb1024_open_test", "openqa_ictb1024_vs_ict_ope
                         "ICT's 4x contexts on 288-wordpiece blocks with a 600-step phase",
                         "ICT on 288-wordpiece blocks (256 contexts) with the 1,200-step phase"))
 """(result, pairing, label, what the pairing's second side is): the rows below the first two."""
+# more pairings of two rows, each a note under the table: (pairing, label, what its second side is)
+OPEN_PHASE_PAIRS = (("openqa_ict288_600_vs_300_open_test", "ICT on 288-wordpiece blocks with a 600-step phase",
+                     "the same ICT"),
+                    ("openqa_ictb1024_vs_ict288_open_test", "ICT's 4x contexts",
+                     "ICT on 288-wordpiece blocks"))
 
 
 def _lr(value: float) -> str:
@@ -358,10 +426,12 @@ def open_phase_table(result: Result) -> str:
     system = "ICT (ORQA-like)"
     rows = [(result["runs"]["b"], None), (result["runs"]["a"], result["paired"][system])]
     notes = []
-    for name, against, label, other in OPEN_PHASE_VARIANTS:
+    pairs = [(against, label, other) for _, against, label, other in OPEN_PHASE_VARIANTS] + list(OPEN_PHASE_PAIRS)
+    for name, *_ in OPEN_PHASE_VARIANTS:
         if (RESULTS / f"{name}.json").is_file():
             w = json.loads((RESULTS / f"{name}.json").read_text())
             rows.append((w["runs"]["a"], w["paired"][system]))
+    for against, label, other in pairs:
         if (RESULTS / f"{against}.json").is_file():
             pair = json.loads((RESULTS / f"{against}.json").read_text())
             p = pair["paired"][system]
@@ -564,13 +634,188 @@ def realm_mechanism_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def _load(name: str) -> Result | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# The reader studies (docs/experiments/reader.md): each a pair of `realm evaluate` runs on the same
+# SQuAD-open questions, run a minus run b, written by experiments/paired_runs.py.
+# (result file, split, what run a changed, what run b was)
+READER_STUDIES: tuple[tuple[str, str, str, str], ...] = (
+    ("openqa_reader_start", "test", "reader starts from MiniLM as shipped", "from the masked-LM warm-up"),
+    ("openqa_gold_phase", "test", "gold phase of two epochs (span limit 10)", "300 steps"),
+    ("openqa_gold_3ep", "test", "gold phase of three epochs", "two epochs"),
+    ("openqa_gold_lr_dev", "dev", "gold phase lr 2e-4", "lr 1e-4"),
+    ("openqa_gold_lr4e-4_dev", "dev", "gold phase lr 4e-4", "lr 1e-4"),
+    ("openqa_gold_lr4e-4_vs_2e-4_dev", "dev", "gold phase lr 4e-4", "lr 2e-4"),
+    ("openqa_gold_lr_test", "test", "gold phase lr 2e-4 (chosen on dev)", "lr 1e-4"),
+    ("openqa_dropout_dev", "dev", "reader dropout 0.1", "dropout 0"),
+    ("openqa_gold_negatives_dev", "dev", "one BM25 hard negative per gold paragraph (removed)", "gold paragraphs only"),
+    ("openqa_gold_block_dev", "dev", "the corpus block as the gold positive (removed)", "SQuAD's paragraph"),
+    ("openqa_ict_pooling_dev", "dev", "ICT with mean pooling", "ICT with [CLS] pooling"),
+    ("openqa_ict_batch_dev", "dev", "ICT 30 steps of 1,024 contexts", "the demo's 60 of 256"),
+    ("openqa_ict_batch60_dev", "dev", "ICT 60 steps of 1,024 contexts", "the demo's 60 of 256"),
+    ("openqa_ict_batch60_test", "test", "ICT 60 steps of 1,024 contexts", "the demo's 60 of 256"),
+    ("openqa_ict_len288_dev", "dev", "ICT on whole 288-wordpiece blocks", "the demo's 64-wordpiece view"),
+    ("openqa_ict_len288_test", "test", "ICT on whole 288-wordpiece blocks", "the demo's 64-wordpiece view"),
+)
+
+
+def _side_systems(pairing: Result, side: str) -> dict[str, Any] | None:
+    """One side's per-system figures: kept in the pairing, or (pairings written before it kept
+    them) in the side's own `realm evaluate --json` file when that is a committed result."""
+    if "runs" in pairing:
+        systems: dict[str, Any] = pairing["runs"][side]["systems"]
+        return systems
+    path = ROOT / pairing[side]
+    if path.parent == RESULTS and path.is_file():
+        run: dict[str, Any] = json.loads(path.read_text())["results"][pairing["dataset"]]["systems"]
+        return run
+    return None
+
+
+def reader_studies_table() -> str:
+    """Every reader study of READER_STUDIES present in bench/results: per system that reads, EM of
+    both runs (where the file keeps them) and the paired difference with its interval."""
+    lines = ["| run a | run b | split | system | EM a / b (%) | a - b (points), 95% interval, McNemar p | result |",
+             "|---|---|---|---|---:|---|---|"]
+    for name, split, a, b in READER_STUDIES:
+        r = _load(name)
+        if r is None:
+            continue
+        for system, p in r["paired"].items():
+            if system == "no retrieval" or (p["delta"] == 0 and p["ci95"] == [0, 0]):
+                continue  # answers nothing, or the study left the system as it was: the same outcomes
+            em = "-"
+            sides = [_side_systems(r, x) for x in "ab"]
+            if all(side is not None and system in side for side in sides):
+                em = " / ".join(f"{100 * side[system]['EM']:.1f}" for side in sides if side is not None)
+            lines.append(f"| {a} | {b} | {split} ({p['questions']:,}) | {system} | {em} | "
+                         f"{_interval(p['delta'], p['ci95'])}, p {p['mcnemar_p']:.2g} | `{name}.json` |")
+    return "\n".join(lines)
+
+
+READER_ERRORS = (("reader_errors_dev_base", "gold phase at lr 1e-4 (the baseline of the dev studies)"),
+                 ("reader_errors_dev_lr2e-4", "lr 2e-4"), ("reader_errors_dev_lr4e-4", "lr 4e-4"),
+                 ("reader_errors_dev_drop01", "dropout 0.1"),
+                 ("reader_errors_dev_neg1", "one BM25 hard negative per gold paragraph"),
+                 ("reader_errors_dev_block", "the corpus block as the gold positive"))
+
+
+def reader_errors_table() -> str:
+    """Where BM25 + reader loses the questions the gold-paragraph reader answers, per dev study
+    (experiments/reader_errors.py)."""
+    lines = ["| gold-paragraph phase | questions lost | no answer in the top 5 | read from a block without "
+             "the answer | right block, wrong span | result |", "|---|---:|---:|---:|---:|---|"]
+    for name, label in READER_ERRORS:
+        r = _load(name)
+        if r is None:
+            continue
+        e = r["systems"]["BM25 + reader"]
+        lines.append(f"| {label} | {e['lost']} | {e['no answer retrieved']} | "
+                     f"{e['read from a block without the answer']} | "
+                     f"{e['read from the block that holds the answer']} | `{name}.json` |")
+    first = _load(READER_ERRORS[0][0])
+    if first is not None:
+        lines += ["", f"On the {first['questions']:,} SQuAD-open dev questions: of those the gold-paragraph reader "
+                  "answers, BM25 + reader misses (lost) because no block of its top 5 holds an answer, because it "
+                  "reads its answer from a block that holds none, or because it picks the wrong span of a block "
+                  "that holds one."]
+    return "\n".join(lines)
+
+
+def query_phase_table() -> str:
+    """ORQA's early update of the query encoder (removed), measured on dev: recall@5 at each
+    evaluation (query_phase_dev_*.json)."""
+    lines = ["| learning rate | steps x batch | epochs | dev recall@5 before | best dev recall@5 (step) | "
+             "kept | result |", "|---|---:|---:|---:|---:|---|---|"]
+    for name in ("query_phase_dev_lr1e-5", "query_phase_dev_lr1e-4"):
+        r = _load(name)
+        if r is None:
+            continue
+        q, ph = r["query_phase"], r["phase"]
+        kept = "the starting weights" if ph["best_step"] == 0 else f"step {ph['best_step']}"
+        lines.append(f"| {q['learning_rate']:g} | {ph['steps_run']} x {q['batch_size']} | {ph['epochs']} | "
+                     f"{100 * ph['dev_recall_before']:.1f} | {100 * ph['best_dev_recall']:.1f} ({ph['best_step']}) | "
+                     f"{kept} | `{name}.json` |")
+    return "\n".join(lines)
+
+
+def answer_lengths_table(result: Result) -> str:
+    """How many SQuAD-open questions have no answer within the span limits (experiments/answer_lengths.py)."""
+    lines = ["| split | questions | no answer within 10 wordpieces | within 20 |", "|---|---:|---:|---:|"]
+    for split in ("train", "dev", "test"):
+        s = result["splits"][split]
+        lines.append(f"| {split} | {s['questions']:,} | {s['over_10']} ({100 * s['over_10'] / s['questions']:.1f}%) | "
+                     f"{s['over_20']} ({100 * s['over_20'] / s['questions']:.1f}%) |")
+    e = result.get("eval")
+    if e:
+        got = ", ".join(f"{n} {c}" for n, c in e["correct"].items() if n != "no retrieval")
+        lines += ["", f"Of the {e['questions']} test questions with no answer within {e['limit']} wordpieces, "
+                  f"the run `{e['file']}` (span limit 20) answered: {got}."]
+    return "\n".join(lines)
+
+
+STAGE_TITLES = {"ingest": "ingest", "chunk": "chunk into blocks", "spans": "salient spans",
+                "ict": "ICT warm start", "embed": "embed the blocks", "index": "build the index",
+                "retrieval_eval": "evaluate retrieval", "reader_mlm": "reader masked-LM warm-up",
+                "pretrain": "REALM pretraining", "questions": "load the questions",
+                "finetune_bm25": "fine-tune BM25 + reader", "finetune_ict": "fine-tune ICT",
+                "finetune_realm": "fine-tune REALM", "openqa_eval": "open-QA evaluation"}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
+
+
+def _machine(result: Result) -> str:
+    cpu = result["cpu"]
+    flags = ", ".join(cpu["flags"]) or "none of avx2, avx512_bf16, amx"
+    return f"{cpu['model']} ({cpu['cores']} cores; {flags}), {result['threads']} threads, {result['precision']}"
+
+
+def demo_table(result: Result) -> str:
+    """`make demo`'s own record (bench/results/demo.json, written by its summary step): each
+    stage's seconds, the whole run, what its systems answer on SQuAD-open test."""
+    lines = ["| stage | seconds |", "|---|---:|"]
+    for name, seconds in result["stages"].items():
+        lines.append(f"| {STAGE_TITLES.get(name, name)} | {_minutes(seconds)} |")
+    lines.append(f"| **the whole run, to its summary** | **{_minutes(result['wall_seconds'])}** |")
+    ems = " | ".join(f"{name} {100 * em:.1f}" for name, em in result["squad_open_em"].items())
+    reads = result["reads"]
+    done = "every stage computed" if result["all_computed"] else "some stages were cache hits: not a timing of the demo"
+    lines += ["", f"{done}; {_machine(result)}; {result['date']}."]
+    if ems:
+        lines += ["", f"SQuAD-open test EM (%): {ems.replace(' | ', '; ')}."]
+    if reads:
+        lines[-1] += (f" The evaluation read {reads['pairs_read']:,} reader rows and reused "
+                      f"{reads['pairs_reused']:,} that another system had read.")
+    return "\n".join(lines)
+
+
+def demo_summary(result: Result) -> str:
+    """README's lines from the demo's own record: its time, the machine, the corpus and store."""
+    c = result["corpus"]
+    return (f"Measured: `make demo` ran {_minutes(result['wall_seconds'])} to its summary on "
+            f"{_machine(result)} ([every stage](docs/experiments/demo-timings.md)); the demo corpus is "
+            f"{c['documents']:,} documents in {c['blocks']:,} blocks, and its artifact store "
+            f"{result['store_bytes'] / 2**30:.1f} GiB.")
+
+
+# blocks rendered from several result files at once: {block name: renderer}
+COLLECTIONS: dict[str, Callable[[], str]] = {"reader_studies": reader_studies_table,
+                                             "reader_errors": reader_errors_table,
+                                             "query_phase": query_phase_table}
+
+
 # a block rendered from another block's result file: {block name: result file name}
-SOURCES = {"openqa_summary": "openqa"}
+SOURCES = {"openqa_summary": "openqa", "demo_summary": "demo"}
 TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
-                                            "retrieval": retrieval_table, "pretrain": pretrain_table,
+                                            "retrieval": retrieval_table, "realm_table": pretrain_table,
                                             "pretrain_step": pretrain_step_table, "openqa": openqa_table,
                                             "openqa_bm25": openqa_table, "openqa_bm25_2ep": openqa_table,
                                             "openqa_bf16": openqa_table,
@@ -580,14 +825,21 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "gpu": gpu_table, "gpu_ict_run": gpu_ict_table,
                                             "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table,
                                             "cpu_precision_avx2": cpu_precision_table,
-                                            "startup": startup_table}
+                                            "startup": startup_table, "answer_lengths": answer_lengths_table,
+                                            "demo": demo_table, "demo_summary": demo_summary,
+                                            "pretrain": realm_gain_table, "openqa_gain": openqa_table}
 
 
 def main() -> None:
-    only = set(sys.argv[1:])  # e.g. `readme_tables.py pretrain openqa`: rewrite just those tables
-    unknown = only - set(TABLES)
+    main_with(sys.argv[1:])  # e.g. `readme_tables.py pretrain openqa`: rewrite just those tables
+
+
+def main_with(names: list[str]) -> None:
+    """Rewrite the generated blocks named (every block when none is named) on every page."""
+    only = set(names)
+    unknown = only - set(TABLES) - set(COLLECTIONS)
     if unknown:
-        raise SystemExit(f"no README table named {sorted(unknown)}; the tables are {sorted(TABLES)}")
+        raise SystemExit(f"no generated block named {sorted(unknown)}; the blocks are {sorted([*TABLES, *COLLECTIONS])}")
     for page in pages():
         text = page.read_text()
         rendered = render_page(text, only)
@@ -602,16 +854,22 @@ def pages() -> list[Path]:
 
 def render_page(text: str, only: set[str] | frozenset[str] = frozenset()) -> str:
     """`text` with each `<!-- bench:NAME -->` block rendered again from bench/results/NAME.json
-    (or the file `SOURCES` names for it)."""
-    for name, render in TABLES.items():
+    (or the file `SOURCES` names for it, or the files a `COLLECTIONS` renderer reads)."""
+    for name in [*TABLES, *COLLECTIONS]:
         if only and name not in only:
             continue
-        path = RESULTS / f"{SOURCES.get(name, name)}.json"
         pattern = re.compile(rf"<!-- bench:{name} .*?<!-- /bench:{name} -->", re.DOTALL)
         found = pattern.search(text)
-        if not found or not path.is_file():
+        if not found:
             continue
-        block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{render(json.loads(path.read_text()))}\n<!-- /bench:{name} -->"
+        if name in COLLECTIONS:
+            body = COLLECTIONS[name]()
+        else:
+            path = RESULTS / f"{SOURCES.get(name, name)}.json"
+            if not path.is_file():
+                continue
+            body = TABLES[name](json.loads(path.read_text()))
+        block = f"<!-- bench:{name} (bench/readme_tables.py) -->\n{body}\n<!-- /bench:{name} -->"
         text = text[:found.start()] + block + text[found.end():]
     return text
 

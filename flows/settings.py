@@ -33,7 +33,7 @@ PARAMETER_DOCS = {
             "LocalCluster of N processes, or a scheduler address tcp://host:8786.",
 }
 Preset = Annotated[PresetName, Field(examples=["demo"])]
-ConfigFile = Annotated[str | None, Field(examples=["bench/configs/realm_mechanism.yaml"])]
+ConfigFile = Annotated[str | None, Field(examples=["experiments/configs/realm_mechanism.yaml"])]
 Overrides = Annotated[list[str] | None, Field(examples=[["pretrain.refresh_every=100", "precision=fp32"]])]
 Root = Annotated[str | None, Field(examples=["work/artifacts"])]
 Force = bool

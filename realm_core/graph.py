@@ -190,7 +190,7 @@ def _pretrain(i: StageInputs) -> StageResult:
 
 def null_only(cfg: PipelineConfig) -> PipelineConfig:
     """The same pretraining run with the null block alone (REALM Table 2's BERT baseline): the
-    config `bench/pretrain.py`'s null-only row resolves, so the two share one cached artifact."""
+    config `experiments/pretrain.py`'s null-only row resolves, so the two share one cached artifact."""
     return cfg.model_copy(update={"pretrain": cfg.pretrain.model_copy(update={"retrieval": "null_only"})})
 
 

@@ -198,7 +198,7 @@ class FinetuneConfig(StageConfig):
                                "question_length + the chunk length reads every block whole")
     question_length: int = Field(64, ge=8)
     max_span_length: int = Field(20, ge=1, description="answer spans up to this many wordpieces (how many "
-                                 "answers each limit holds: bench/answer_lengths.py)")
+                                 "answers each limit holds: experiments/answer_lengths.py)")
     batch_size: int = Field(16, ge=1, description="questions per step, in epoch order")
     learning_rate: float = Field(1e-5, gt=0, description="the reader's peak rate")
     query_learning_rate: float = Field(1e-5, gt=0, description="the query encoder's peak rate (ORQA/REALM: 1e-5)")

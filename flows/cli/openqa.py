@@ -92,7 +92,7 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
              root: Root = None, force: Force = False, system: Systems = None, json_out: JsonOut = None) -> None:
     """Open-QA exact match of each system on NQ, WebQuestions, CuratedTREC and SQuAD-open (REALM Table 1): full split and answerable subset, recall@5, a predictions table to inspect. Fine-tunes what is not cached.
 
-    The --json file also keeps each question's outcome per system, so that two runs pair question by question (python bench/paired_runs.py A.json B.json --name NAME) after their artifacts are gone.
+    The --json file also keeps each question's outcome per system, so that two runs pair question by question (python experiments/paired_runs.py A.json B.json --name NAME) after their artifacts are gone.
 
     Example: realm evaluate --preset demo --json work/reports/openqa.json"""
     with errors():
@@ -117,7 +117,7 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
 
 def question_outcomes(artifact: Artifact) -> dict[str, dict[str, Any]]:
     """dataset -> each question's outcome per system, so that the file pairs with another run
-    question by question (bench/paired_runs.py) after the artifact is gone."""
+    question by question (experiments/paired_runs.py) after the artifact is gone."""
     from realm_core.openqa import outcomes
 
     rows = artifact.read_table("openqa_predictions", ["dataset", "system", "qid", "correct"]).to_pylist()

@@ -1,5 +1,5 @@
 """Each question's outcome, kept beside a run's figures (`realm evaluate --json`, the paired
-results of bench/paired_runs.py), so that two runs can be paired question by question after
+results of experiments/paired_runs.py), so that two runs can be paired question by question after
 their artifacts are gone.
 
 One dataset's outcomes are `{"qids": [sorted ids], "correct": {system: marks}}`, where `marks`

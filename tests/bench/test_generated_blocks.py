@@ -22,8 +22,8 @@ def test_generated_blocks_are_current(page: Path) -> None:
 
 
 def test_a_stale_block_is_found() -> None:
-    page = next(p for p in readme_tables.pages() if "<!-- bench:pretrain " in p.read_text())
+    page = next(p for p in readme_tables.pages() if "<!-- bench:realm_table " in p.read_text())
     text = page.read_text()
-    start = text.index("<!-- bench:pretrain ")
+    start = text.index("<!-- bench:realm_table ")
     stale = text[:start] + text[start:].replace("|", "| 0.0 |", 1)
     assert readme_tables.render_page(stale) == text

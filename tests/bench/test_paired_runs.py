@@ -1,4 +1,4 @@
-"""bench/paired_runs.py and the open-phase table README renders from its output: the paired
+"""experiments/paired_runs.py and the open-phase table README renders from its output: the paired
 difference on a known table, each run's warm-start config carried over from the run's own file,
 and the table's row label built from it."""
 
@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "experiments"), str(ROOT / "bench")]
 
 import paired_runs  # noqa: E402
 import peers  # noqa: E402

@@ -47,7 +47,7 @@ def test_the_null_only_reader_row_resolves_the_null_only_run_of_the_same_config(
     assert qa_keys(cfg) == ["ict", "ict_null_reader"]
     assert {"ict", "pretrain_null"} <= set(stage("finetune_ict_null_reader").upstream(cfg))
     assert "pretrain" not in closure(cfg, ["openqa_eval"])  # REALM's own run is not needed for it
-    # the stage runs the config bench/pretrain.py's null-only row resolves: one cache key for both
+    # the stage runs the config experiments/pretrain.py's null-only row resolves: one cache key for both
     by_override = load_config("tiny", overrides=["pretrain.retrieval=null_only"])
     assert null_only(cfg).pretrain.config_hash() == by_override.pretrain.config_hash()
     assert null_only(cfg).pretrain.config_hash() != cfg.pretrain.config_hash()

@@ -36,7 +36,7 @@ def test_f1_is_squads_token_overlap() -> None:
 
 
 def test_question_outcomes_kept_in_a_file_read_back_as_they_were() -> None:
-    """What `realm evaluate --json` and bench/paired_runs.py keep of each question: one mark a
+    """What `realm evaluate --json` and experiments/paired_runs.py keep of each question: one mark a
     qid, '-' where a system was not asked it (the gold paragraph reader on NQ, say)."""
     from realm_core.errors import InputError
     from realm_core.openqa import outcomes

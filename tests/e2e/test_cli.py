@@ -146,7 +146,7 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(tiny_upstream: Tiny
     predictions = one_artifact(tmp_path / "art", "openqa_eval") / "openqa_predictions"
     assert any(predictions.glob("*.parquet"))
     # each question's outcome per system, as the predictions table has it: the file pairs with
-    # another run (bench/paired_runs.py) after the artifact is gone
+    # another run (experiments/paired_runs.py) after the artifact is gone
     kept = result["outcomes"]["squad-open"]
     rows = [r for r in pq.read_table(predictions).to_pylist() if r["dataset"] == "squad-open"]
     assert len(kept["qids"]) == 12 and set(kept["correct"]) == set(squad["systems"])

@@ -1,4 +1,4 @@
-"""REALM's mechanism, small (bench/realm_mechanism.py; docs/experiments/realm_mechanism.md): on
+"""REALM's mechanism, small (experiments/realm_mechanism.py; docs/experiments/realm-mechanism.md): on
 the synthetic corpus, where each masked fact sits in exactly one other block, REALM must beat a
 reader without retrieval by a wide margin, and its retriever must find the gold block more often
 at the end than at the start.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "experiments"), str(ROOT / "bench")]
 
 import realm_mechanism  # noqa: E402
 

@@ -4,7 +4,7 @@ how many of those an evaluation answered: the numbers behind `finetune.max_span_
 A question is out of reach at limit L when its shortest answer is longer than L wordpieces
 (the chunk tokenizer's, which the reader shares).
 
-    .venv/bin/python bench/answer_lengths.py --eval bench/results/openqa_bm25_2ep.json
+    .venv/bin/python experiments/answer_lengths.py --eval bench/results/openqa_bm25_2ep.json
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
 from peers import write_result  # noqa: E402
 

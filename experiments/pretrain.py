@@ -17,7 +17,7 @@ encoders after pretraining, paired on the same questions.
 
 Runs go through the artifact cache of the work dir (`make demo` trains the REALM run already).
 
-    .venv/bin/python bench/pretrain.py [--preset demo] [--root work/artifacts] [--table] [--config F] [--set s.f=v]
+    .venv/bin/python experiments/pretrain.py [--preset demo] [--root work/artifacts] [--table] [--config F] [--set s.f=v]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
 from peers import write_result  # noqa: E402
 
@@ -209,9 +210,10 @@ def main() -> None:
     }
     write_result(args.name, result_json)
     rows = runs["REALM"]["steps"]
-    plot_curves(rows, "step", ["loss", "retrieval_utility", "p_null"], ROOT / "bench" / "results" / "pretrain_curves.png",
+    png = ROOT / "bench" / "results" / f"{args.name}_curves.png"
+    plot_curves(rows, "step", ["loss", "retrieval_utility", "p_null", "answer_retrieved"], png,
                 f"REALM pretraining, {args.preset} preset ({p.steps} steps of {p.batch_size})")
-    print("wrote bench/results/pretrain_curves.png")
+    print(f"wrote {png.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ The block an answer was read from is found by its text: a prediction whose strin
 retrieved block holding an answer counts as read there; one that occurs only in blocks without
 an answer counts as the wrong block.
 
-    .venv/bin/python bench/reader_errors.py bench/.work/dev_base.json --root work/exp
+    .venv/bin/python experiments/reader_errors.py bench/.work/dev_base.json --root work/exp
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
 from peers import write_result  # noqa: E402
 

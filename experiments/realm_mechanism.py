@@ -7,7 +7,7 @@ chunk, salient spans, the index and the pretraining stage, all cached in the wor
 Four systems, scored on the same held-out examples (entities never trained on, their blocks in
 the index):
 
-- `REALM`: the pretraining stage as configured (bench/configs/realm_mechanism.yaml);
+- `REALM`: the pretraining stage as configured (experiments/configs/realm_mechanism.yaml);
 - `null only`: the same run reading the null block alone (a masked LM, the prior's ceiling);
 - `frozen retriever`: REALM with no gradient into either encoder (the retriever as it starts);
 - `oracle block`: REALM's trained reader given each example's gold block as its one block.
@@ -16,7 +16,7 @@ Recall@1 of the gold block on the held-out queries is measured with the retrieve
 and as it ends (exact inner product over every block, trivial retrievals dropped); the peer of
 every figure is measured in the same run.
 
-    .venv/bin/python bench/realm_mechanism.py [--entities 2000] [--distractors 400] [--set s.f=v] [--name realm_mechanism]
+    .venv/bin/python experiments/realm_mechanism.py [--entities 2000] [--distractors 400] [--set s.f=v] [--name realm_mechanism]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
 from peers import write_result  # noqa: E402
 

@@ -3,7 +3,7 @@ reader starts): per system, run A minus run B on the same questions, with a 95% 
 interval and McNemar's exact p, from the two runs' `openqa_predictions` tables; each run's own
 figures are copied beside them.
 
-    .venv/bin/python bench/paired_runs.py bench/results/openqa_bm25.json \\
+    .venv/bin/python experiments/paired_runs.py bench/results/openqa_bm25.json \\
         bench/results/openqa_bm25_warmup.json --name openqa_reader_start
 
 A side is a `realm evaluate --json` file (each question's outcome read from the file where it
@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # peers.write_result
 
 from peers import write_result  # noqa: E402
 
@@ -75,15 +76,10 @@ def _decode(kept: dict[str, Any], where: str) -> Outcomes:
         raise SystemExit(str(e)) from None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("a", help="a `realm evaluate --json` file, or RESULT.json:a|b (a side of an earlier result)")
-    ap.add_argument("b", help="the same, for the side subtracted")
-    ap.add_argument("--dataset", default="squad-open",
-                    help="the dataset whose questions are paired (default: squad-open; also nq, wq, ct)")
-    ap.add_argument("--name", required=True, help="bench/results/<name>.json")
-    args = ap.parse_args()
-    (run_a, a), (run_b, b) = (load_side(arg, args.dataset) for arg in (args.a, args.b))
+def pair(a_arg: str, b_arg: str, dataset: str, name: str) -> dict[str, Any]:
+    """Run A minus run B per system on `dataset`'s shared questions, written to
+    bench/results/<name>.json (both sides' figures and outcomes kept); returns the result."""
+    (run_a, a), (run_b, b) = (load_side(arg, dataset) for arg in (a_arg, b_arg))
     rows = {}
     for system in sorted(set(a) & set(b)):
         qids = sorted(a[system])
@@ -93,9 +89,21 @@ def main() -> None:
         delta, lo, hi = paired_bootstrap(x, y)
         rows[system] = {"questions": len(qids), "delta": delta, "ci95": [lo, hi], "mcnemar_p": mcnemar_p(x, y)}
         print(f"{system}: {100 * delta:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] on {len(qids)} questions")
-    write_result(args.name, {"a": args.a, "b": args.b, "dataset": args.dataset, "paired": rows,
-                             "runs": {"a": run_a, "b": run_b},
-                             "outcomes": {"a": outcomes.encode(a), "b": outcomes.encode(b)}})
+    result = {"a": a_arg, "b": b_arg, "dataset": dataset, "paired": rows, "runs": {"a": run_a, "b": run_b},
+              "outcomes": {"a": outcomes.encode(a), "b": outcomes.encode(b)}}
+    write_result(name, result)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", help="a `realm evaluate --json` file, or RESULT.json:a|b (a side of an earlier result)")
+    ap.add_argument("b", help="the same, for the side subtracted")
+    ap.add_argument("--dataset", default="squad-open",
+                    help="the dataset whose questions are paired (default: squad-open; also nq, wq, ct)")
+    ap.add_argument("--name", required=True, help="bench/results/<name>.json")
+    args = ap.parse_args()
+    pair(args.a, args.b, args.dataset, args.name)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ start followed by open-QA fine-tuning and exact match on SQuAD-open (same budget
 
 Stages run through the artifact cache of the work dir (ICT comes from `make demo`).
 
-    .venv/bin/python bench/warm_start.py [--preset demo] [--root work/artifacts] [--openqa] [--steps N]
+    .venv/bin/python experiments/warm_start.py [--preset demo] [--root work/artifacts] [--openqa] [--steps N]
 
 --steps N trains every warm start for N steps: a cheaper comparison at an equal, smaller budget
 (the table's budget column says which was run).
@@ -23,6 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
 from peers import write_result  # noqa: E402
 
