@@ -1,6 +1,18 @@
-"""`make demo` ends by saying what its QA systems answer (EM and F1 on the test questions)."""
+"""`make demo` ends by saying what its QA systems answer (EM and F1 on the test questions), and
+writes its own record (bench/results/demo.json) that the demo-timings page renders."""
 
-from flows.demo import open_qa_summary
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.demo import demo_record, open_qa_summary
+from realm_core.artifacts import ArtifactStore
+from tests.conftest import TinyUpstream, one_artifact
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import readme_tables  # noqa: E402
 
 
 def test_demo_summary_reports_em_f1_and_recall_per_system() -> None:
@@ -13,3 +25,39 @@ def test_demo_summary_reports_em_f1_and_recall_per_system() -> None:
         "  squad-open (1,034 questions)",
         "    gold paragraph reader    EM  50.0  F1  60.0  R 100.0",
         "    BM25 + reader            EM  30.1  F1  40.0  R  90.0"]
+
+
+@pytest.mark.slow
+def test_the_demo_record_counts_the_corpus_and_times_each_stage(tiny_upstream: TinyUpstream) -> None:
+    """What `make demo` writes to bench/results/demo.json, from a store's real manifests."""
+    root, _, refs = tiny_upstream
+    stages = {"ingest": {"artifact": str(one_artifact(root, "documents")), "cached": False, "seconds": 1.25},
+              "chunk": {"artifact": refs["blocks"].path, "cached": False, "seconds": 2.0},
+              "spans": {"artifact": refs["spans"].path, "cached": True, "seconds": 0.01},
+              "openqa_eval": {"artifact": None, "cached": True, "seconds": 0.0}}
+    store = ArtifactStore(root)
+    record = demo_record({"root": str(root), "stages": stages}, store, 123.456)
+    rows = {kind: store.open(ref.path).manifest["rows"] for kind, ref in refs.items() if kind != "ict"}
+    assert record["corpus"] == {"documents": store.open(stages["ingest"]["artifact"]).manifest["rows"]["documents"],
+                                "blocks": rows["blocks"]["blocks"], "sentences": rows["spans"]["sentences"],
+                                "salient_spans": rows["spans"]["salient_spans"]}
+    assert record["wall_seconds"] == 123.5 and record["stages"] == {"ingest": 1.2, "chunk": 2.0, "spans": 0.0,
+                                                                   "openqa_eval": 0.0}
+    assert record["all_computed"] is False  # spans was a cache hit: not a timing
+    assert record["squad_open_em"] == {} and record["reads"] is None  # no evaluation in this store
+    assert record["precision"] in ("fp32", "bf16") and record["cpu"]["cores"] >= 1
+    assert record["store_bytes"] == sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    json.dumps(record)  # a JSON file
+
+
+def test_the_demo_timings_table_is_rendered_from_the_record() -> None:
+    record = {"wall_seconds": 3700.0, "all_computed": True, "precision": "bf16",
+              "cpu": {"model": "Xeon", "flags": ["avx2", "avx512_bf16"], "cores": 2}, "threads": 2,
+              "stages": {"ingest": 4.0, "ict": 540.0}, "squad_open_em": {"BM25 + reader": 0.3535},
+              "reads": {"pairs_read": 1000, "pairs_reused": 250}, "date": "2026-12-02"}
+    assert readme_tables.demo_table(record).splitlines() == [
+        "| stage | seconds |", "|---|---:|", "| ingest | 4 s |", "| ICT warm start | 9.0 min |",
+        "| **the whole run, to its summary** | **61.7 min** |", "",
+        "every stage computed; Xeon (2 cores; avx2, avx512_bf16), 2 threads, bf16; 2026-12-02.", "",
+        "SQuAD-open test EM (%): BM25 + reader 35.4. The evaluation read 1,000 reader rows and reused 250 "
+        "that another system had read."]
