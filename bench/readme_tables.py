@@ -653,7 +653,7 @@ READER_STUDIES: tuple[tuple[str, str, str, str], ...] = (
     ("openqa_dropout_dev", "dev", "reader dropout 0.1", "dropout 0"),
     ("openqa_gold_negatives_dev", "dev", "one BM25 hard negative per gold paragraph (removed)", "gold paragraphs only"),
     ("openqa_gold_block_dev", "dev", "the corpus block as the gold positive (removed)", "SQuAD's paragraph"),
-    ("openqa_ict_pooling_dev", "dev", "ICT with mean pooling", "ICT with [CLS] pooling"),
+    ("openqa_ict_pooling_dev", "dev", "ICT with mean pooling (removed)", "ICT with [CLS] pooling"),
     ("openqa_ict_batch_dev", "dev", "ICT 30 steps of 1,024 contexts", "the demo's 60 of 256"),
     ("openqa_ict_batch60_dev", "dev", "ICT 60 steps of 1,024 contexts", "the demo's 60 of 256"),
     ("openqa_ict_batch60_test", "test", "ICT 60 steps of 1,024 contexts", "the demo's 60 of 256"),

@@ -389,6 +389,25 @@ def load_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: cannot read YAML ({e})") from None
 
 
+# options measured as no gain and removed with their code: a config that sets one is told why
+REMOVED_OPTIONS = {
+    "finetune.query_phase": "ORQA's early update never raised dev recall",
+    "finetune.gold_passage.negatives": "BM25 hard negatives cost BM25 + reader on dev",
+    "finetune.gold_passage.positive": "the corpus-block positive was noise on dev",
+    "ict.pooling": "mean pooling was noise on dev; ICT pools [CLS]",
+}
+
+
+def _refuse_removed(tree: dict[str, Any], where: str) -> None:
+    for dotted, why in REMOVED_OPTIONS.items():
+        node: Any = tree
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            raise ConfigError(f"{where}: {dotted} was removed ({why}); drop it (docs/configuration.md, "
+                              "'Removed options')")
+
+
 def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
     """Preset, then a YAML file, then `stage.field=value` overrides (values parsed as YAML)."""
@@ -410,6 +429,7 @@ def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
             raise ConfigError(f"override {item!r}: expected stage.field=value")
         key, raw = item.split("=", 1)
         _set_path(tree, key.strip(), load_yaml(raw, f"--set {item}"))
+    _refuse_removed(tree, str(yaml_path) if yaml_path is not None else f"preset {preset!r} with --set")
     try:
         return PipelineConfig.model_validate(tree)
     except ValidationError as e:

@@ -26,7 +26,6 @@ class ICTConfig(StageConfig):
     encoder: str = Field(BUNDLED_ENCODER, description="BERT both encoders start from")
     projection_dim: int = Field(128, ge=0, description="size of the head over the pooled state (ORQA: 128); "
                                 "0: no head, the pooled state itself")
-    pooling: Literal["cls", "mean"] = "cls"
     batch_size: int = Field(4096, ge=2, description="examples per step; the others are in-batch negatives")
     micro_batch: int = Field(0, ge=0, description=(
         "examples a forward/backward holds at once (0: the whole batch); below the batch size, "

@@ -67,11 +67,13 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     corpus = cloze_corpus(blocks.read_table("blocks", ["block_id", "title", "text"]),
                           spans.read_table("sentences"), config.min_sentence_chars, blocks.path)
     tokenizer = load_tokenizer(config.encoder)
-    query_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim,
-                                                     config.pooling, config.seed, dropout=config.dropout)
-    # the same seed: both start as the untrained-projection retriever, the evaluation's baseline
-    doc_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim,
-                                                   config.pooling, config.seed, dropout=config.dropout)
+    # ORQA's pooling: a head over the [CLS] state (mean pooling measured as no gain,
+    # docs/experiments/reader.md). The same seed: both start as the untrained-projection
+    # retriever, the evaluation's baseline
+    query_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim, "cls", config.seed,
+                                                     dropout=config.dropout)
+    doc_encoder = RetrieverEncoder.from_pretrained(config.encoder, config.projection_dim, "cls", config.seed,
+                                                   dropout=config.dropout)
     placement = Placement(resolve_device(config.device), config.precision)
     for encoder in (query_encoder, doc_encoder):
         encoder.to(placement.device)

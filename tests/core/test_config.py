@@ -85,6 +85,16 @@ def test_overrides_are_typed_and_validated() -> None:
         load_config("tiny", overrides=["chunk.nonsense=1"])
 
 
+def test_a_removed_option_is_refused_with_why_and_where(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"ict.pooling was removed \(mean pooling was noise on dev"):
+        load_config("tiny", overrides=["ict.pooling=cls"])  # any value: the field is gone
+    old = tmp_path / "old.yaml"
+    old.write_text("finetune:\n  gold_passage:\n    negatives: 1\n")
+    with pytest.raises(ConfigError, match=r"old.yaml: finetune.gold_passage.negatives was removed .*Removed options"):
+        load_config("tiny", old)
+    load_config("tiny", overrides=["finetune.gold_passage.steps=3"])  # its siblings are untouched
+
+
 def test_yaml_file_merges_over_preset(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("chunk:\n  max_wordpieces: 200\npretrain:\n  top_k: 5\n")
