@@ -19,15 +19,17 @@ import os
 import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from realm_core.artifacts import StageResult
 from realm_core.cache import CachedStage
 from realm_core.errors import ArtifactError, ConfigError, RealmError
 
 Precision = Literal["fp32", "bf16", "auto"]
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -185,12 +187,10 @@ class Placement:
             p.grad = flat[offset:offset + n].view_as(p).to(p.device).clone()
             offset += n
 
-    def data_parallel(self, module: torch.nn.Module) -> torch.nn.Module:
+    def data_parallel(self, module: ModuleT) -> ModuleT | DistributedDataParallel:
         """`module` wrapped in DistributedDataParallel (gradients averaged over ranks), or itself."""
         if not self.distributed:
             return module
-        from torch.nn.parallel import DistributedDataParallel
-
         ids = [self.device.index] if self.device.type == "cuda" else None
         # BERT's buffers (position ids) are constants: no need to broadcast them every forward
         return DistributedDataParallel(module, device_ids=ids, broadcast_buffers=False)

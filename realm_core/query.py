@@ -7,6 +7,8 @@ and code is a MissingArtifactError naming the stage. A dense search embeds the q
 the block embeddings of its document encoder (the ones its index holds); `ask` reads the top-k
 blocks with the system's fine-tuned span reader in the form and retrieval temperature that the
 newest evaluation chose on dev, or the training ones when there is no evaluation yet.
+
+Shapes: B queries, D embedding dim.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 
 
-def adamw(modules: list[nn.Module], learning_rate: float, weight_decay: float,
+def adamw(modules: Sequence[nn.Module], learning_rate: float, weight_decay: float,
           lr_scales: list[float] | None = None) -> torch.optim.AdamW:
     """AdamW with BERT's exclusions: no weight decay on biases and LayerNorm weights.
 

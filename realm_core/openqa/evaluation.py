@@ -2,7 +2,10 @@
 questions after its form and retrieval temperature are fit on dev questions; exact match and F1
 on the full split and the answerable subset, recall@k of the blocks and of the text read, the
 gold-paragraph reader's ceiling, and a paired EM difference with a 95% bootstrap interval and
-McNemar's p for every pair of trained systems (`openqa_eval` artifact)."""
+McNemar's p for every pair of trained systems (`openqa_eval` artifact).
+
+Shapes: M reader rows, T tokens, L span lengths.
+"""
 
 from __future__ import annotations
 

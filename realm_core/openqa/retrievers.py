@@ -13,7 +13,7 @@ their softmax as p(z|x) (REALM §3.3's per-block form).
 A new retriever is one class here (its `build` loads what it needs) and one line in `RETRIEVERS`;
 fine-tuning and evaluation only call `build`, `propose` and `logits`, and read the class's
 `retrieves` and `needs_query_encoder` flags.
-Shapes: B questions, K blocks, D embedding dim.
+Shapes: B questions, K blocks, D embedding dim, N corpus blocks.
 """
 
 from __future__ import annotations

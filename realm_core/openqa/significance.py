@@ -1,6 +1,9 @@
 """Paired comparisons of two QA systems on the same questions: the difference in accuracy with a
 95% bootstrap interval over questions, and McNemar's exact test on the discordant pairs. A gap
-of a few questions between systems is noise; these say how much."""
+of a few questions between systems is noise; these say how much.
+
+Shapes: Q questions, R bootstrap resamples.
+"""
 
 from __future__ import annotations
 

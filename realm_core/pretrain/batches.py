@@ -5,7 +5,8 @@ Slot 0 of every example is the null block (REALM §3.4: an empty block, always a
 the reader can fall back on its own knowledge); slots 1..K-1 are the top retrieved blocks in
 index order. A slot with no block (too few candidates left after the exclusions) is masked.
 
-Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim.
+Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim,
+N corpus blocks, U distinct blocks of a step (null included).
 """
 
 from __future__ import annotations

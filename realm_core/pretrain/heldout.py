@@ -10,6 +10,8 @@ null-only baseline.
 - Examples from one article are not independent (one article, one topic, one set of blocks that
   answer), so the interval of a difference between two systems resamples articles, not examples
   (`article_bootstrap`).
+
+Shapes: E held-out examples, C articles, R bootstrap resamples.
 """
 
 from __future__ import annotations

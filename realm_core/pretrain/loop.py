@@ -14,7 +14,12 @@ Under torchrun the loop is data parallel (`realm_core.distributed`): each rank r
 the same global batch, DistributedDataParallel averages the gradients, rank 0 refreshes the index
 and checkpoints, and every rank switches to a new index version at the same step.
 
-Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim.
+The step's host side (the MIPS search, then trivial-retrieval exclusion and batching), which an
+accelerator waits on, is labelled `realm.search` and `realm.batching` for `torch.profiler`
+(bench/gpu.py reads them); the labels cost nothing when no profiler runs.
+
+Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim,
+V vocabulary, U distinct blocks of a step (null included), E held-out examples, S logged steps.
 """
 
 from __future__ import annotations
@@ -29,21 +34,30 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
 
 from realm_core.config import PretrainConfig
 from realm_core.distributed import Placement, gradient_sync, unwrap
 from realm_core.pretrain.batches import (
     NULL_BLOCK,
     BlockTexts,
+    ReaderBatch,
     doc_encoder_inputs,
     reader_batch,
     retrieve_candidates,
 )
 from realm_core.pretrain.heldout import answer_retrieved, continuation_ids
-from realm_core.pretrain.reader import MarginalOutput, marginal_likelihood, span_predictions
+from realm_core.pretrain.reader import (
+    KnowledgeAugmentedEncoder,
+    MarginalOutput,
+    marginal_likelihood,
+    span_predictions,
+)
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import pad_sequences
+from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.spans.masking import MaskedExample
 from realm_core.training import (
     adamw,
@@ -58,9 +72,11 @@ from realm_core.training import (
 
 @dataclass
 class RealmModels:
-    reader: Any         # KnowledgeAugmentedEncoder
-    query_encoder: Any  # RetrieverEncoder, Embed_input
-    doc_encoder: Any    # RetrieverEncoder, Embed_doc
+    """The three trained models; in a data-parallel step each that trains is wrapped by DDP."""
+
+    reader: KnowledgeAugmentedEncoder | DistributedDataParallel         # p(y|x,z)
+    query_encoder: RetrieverEncoder | DistributedDataParallel           # Embed_input
+    doc_encoder: RetrieverEncoder | DistributedDataParallel             # Embed_doc
 
     def modules(self) -> dict[str, torch.nn.Module]:
         return {"reader": self.reader, "query_encoder": self.query_encoder, "doc_encoder": self.doc_encoder}
@@ -89,16 +105,10 @@ class Curves:
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig,
                   placement: Placement | None = None,
-                  phases: dict[str, float] | None = None,
-                  train_retriever: bool = True) -> tuple[MarginalOutput, Any, torch.Tensor]:
+                  train_retriever: bool = True) -> tuple[MarginalOutput, ReaderBatch, torch.Tensor]:
     """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch; the
-    encoders get no gradient under `pretrain.freeze_retriever` or when `train_retriever` is False.
-
-    `phases`, when given, receives the seconds of the step's host side: `search` (the MIPS
-    search) and `batching` (trivial-retrieval exclusion, the reader batch and the document
-    encoder's inputs), which an accelerator waits on."""
+    encoders get no gradient under `pretrain.freeze_retriever` or when `train_retriever` is False."""
     place = placement or Placement.single()
-    clock = time.perf_counter
     dev = place.device
     tok = data.tokenizer
     learning = train_retriever and not config.freeze_retriever
@@ -114,22 +124,19 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
             q = models.query_encoder(ids.to(dev), mask.to(dev)).float()  # (B, D)
         # the (stale) index proposes; REALM §3.4: trivial retrievals (the query's block) are dropped
         queries = q.detach().cpu().numpy()
-        t0 = clock()
-        _, ranked = index.index.search(queries, config.top_k - 1 + config.exclusion_margin)
-        t1 = clock()
-        candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
-                                         config.exclusion)  # (B, K-1)
-        host_batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
-        if config.relevance == "recompute":
-            # relevance recomputed with the current document encoder, null block first
-            unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
-            row_of = {z: i for i, z in enumerate(unique)}
-            inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length)
-        else:
-            inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
-        if phases is not None:
-            phases["search"] = phases.get("search", 0.0) + t1 - t0
-            phases["batching"] = phases.get("batching", 0.0) + clock() - t1
+        with record_function("realm.search"):
+            _, ranked = index.index.search(queries, config.top_k - 1 + config.exclusion_margin)
+        with record_function("realm.batching"):
+            candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
+                                             config.exclusion)  # (B, K-1)
+            host_batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
+            if config.relevance == "recompute":
+                # relevance recomputed with the current document encoder, null block first
+                unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
+                row_of = {z: i for i, z in enumerate(unique)}
+                inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length)
+            else:
+                inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
         batch = host_batch.to(dev)
         if config.relevance == "recompute":
             with retriever_grad, place.compute():
@@ -149,7 +156,7 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
     return out, batch, scores
 
 
-def span_correct(out: MarginalOutput, batch: Any) -> torch.Tensor:
+def span_correct(out: MarginalOutput, batch: ReaderBatch) -> torch.Tensor:
     """(B,) 1.0 where the marginal prediction gets every masked wordpiece of the example right."""
     with torch.no_grad():
         predicted = span_predictions(out, batch.block_mask)  # (B, M)
@@ -157,13 +164,13 @@ def span_correct(out: MarginalOutput, batch: Any) -> torch.Tensor:
     return correct
 
 
-def answer_in_batch(examples: list[MaskedExample], batch: Any, data: PretrainData) -> np.ndarray:
+def answer_in_batch(examples: list[MaskedExample], batch: ReaderBatch, data: PretrainData) -> np.ndarray:
     """(B,) whether a retrieved block of each example holds its masked span (`answer_retrieved`)."""
     return answer_retrieved(examples, batch.input_ids.cpu().numpy(), batch.block_mask.cpu().numpy(),
                             data.continuation)
 
 
-def batch_metrics(out: MarginalOutput, batch: Any, scores: torch.Tensor,
+def batch_metrics(out: MarginalOutput, batch: ReaderBatch, scores: torch.Tensor,
                   answer: np.ndarray | None = None) -> dict[str, float]:
     """Span accuracy of the marginal prediction, mean p(null|x), retrieval utility (REALM §4.5:
     log p(y|x,z_best) - log p(y|x,null), z_best the highest-scoring retrieved block), and, given
@@ -275,10 +282,10 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     index = index_at(index_step) if index_at is not None else None
     # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
     retrieving = index_at is not None and config.retrieval == "realm"
-    wrapped = {name: place.data_parallel(m) if m in trainable and (name == "reader" or retrieving) else m
-               for name, m in models.modules().items()}
-    shared = RealmModels(**wrapped)
-    syncing = [m for m in wrapped.values() if m is not unwrap(m)]
+    shared = RealmModels(place.data_parallel(models.reader) if models.reader in trainable else models.reader,
+                         *(place.data_parallel(m) if m in trainable and retrieving else m
+                           for m in (models.query_encoder, models.doc_encoder)))
+    syncing = [m for m in shared.modules().values() if m is not unwrap(m)]
     for m in models.modules().values():
         m.train()
     progress.start("REALM pretraining", config.steps, "steps")

@@ -9,7 +9,7 @@ Systems are measured in the same run over the same blocks: BM25 (bm25s, English 
 Snowball stemming), dense retrievers whose blocks are embedded by the embed stage (so the index
 embeddings are reused through the cache), and labelled references.
 
-Shapes: Q questions, N blocks, D embedding dim, R ranking depth.
+Shapes: Q questions, N blocks, D embedding dim, R ranking depth, C candidate blocks of a question set.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ weights, both starting from the same BERT.
 Data order is a function of (seed, step), so a run resumed from a checkpoint draws the same
 batches as one that never stopped.
 
-Shapes: B batch, T tokens, D embedding dim.
+Shapes: B batch, T tokens, D embedding dim, S sentences of the corpus.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Stages of the retrieval half: embed every block with the document encoder, then build and
 switch to a new index version. Together they are `refresh_index` (REALM §3.4 MIPS refresh; the
-pretraining loop and the nightly schedule both run it)."""
+pretraining loop and the nightly schedule both run it).
+
+Shapes: N blocks, D embedding dim.
+"""
 
 from __future__ import annotations
 

@@ -109,3 +109,19 @@ def test_no_upward_import() -> None:
     tasks_up = [f"{m} -> {d}" for m, deps in _imports(top_level_only=False).items() for d in deps
                 if m.startswith("tasks") and d.startswith("flows")]
     assert not upward + tasks_up, upward + tasks_up
+
+
+def test_every_shape_letter_in_a_comment_is_in_its_module_legend() -> None:
+    """STYLE: shape comments such as `# (B, K, T)` read against a fixed legend at the top of the
+    module (`Shapes: B batch, K blocks, ...`); a letter the legend lacks is a comment a reader
+    cannot decode."""
+    missing = {}
+    for path in (ROOT / "realm_core").rglob("*.py"):
+        text = path.read_text()
+        found = re.search(r"Shapes?: (.*?)(?:\.\n|\n\n|\"\"\")", text, re.S)
+        legend = set(re.findall(r"\b([A-Z])\b", found.group(1))) if found else set()
+        used = {letter for shape in re.findall(r"#[^\n]*?\(([A-Z0-9_*\-+, ]+,?)\)", text)
+                for letter in re.findall(r"\b([A-Z])\b", shape)}
+        if used - legend:
+            missing[str(path.relative_to(ROOT))] = sorted(used - legend)
+    assert not missing, missing
