@@ -142,7 +142,7 @@ def peers(engine: QueryEngine, queries: list[str], k: int) -> dict[str, Any]:
     import Stemmer
     import torch
 
-    from realm_core.openqa.retrievers import embed_questions
+    from realm_core.retrieval.retrievers import embed_questions
 
     blocks = engine.blocks
     stemmer = Stemmer.Stemmer("english")

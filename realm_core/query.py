@@ -21,20 +21,16 @@ from typing import Any
 from realm_core.artifacts import ArtifactRef
 from realm_core.cache import existing_artifacts_only
 from realm_core.config import QA_SYSTEM_KEYS
-from realm_core.errors import MissingArtifactError, MissingIndexError, QueryError
+from realm_core.errors import MissingArtifactError, QueryError
 from realm_core.graph import Hook, Resolver, Stage, StageInputs, StageRun, qa_keys, qa_system, stage
 from realm_core.openqa.finetune import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.retrievers import (
-    BM25,
-    RETRIEVERS,
-    Proposal,
-    Retriever,
-    Sources,
-    embed_questions,
-)
+from realm_core.retrieval.retrievers import RETRIEVERS, CurrentIndex, Retriever, Sources
 
-SEARCHERS = ("index", "bm25", "ict", "realm")
+# what `realm search --retriever NAME` searches with: a retriever of the registry, and the
+# open-QA system whose encoders (and their block embeddings) it uses, where it needs them
+SEARCHERS: dict[str, tuple[str, str | None]] = {"index": ("index", None), "bm25": ("bm25", None),
+                                                "ict": ("dense", "ict"), "realm": ("dense", "realm")}
 ASKABLE = tuple(k for k in QA_SYSTEM_KEYS if k != "none")
 
 
@@ -75,47 +71,6 @@ def check_query(text: str, limit: int, what: str = "query") -> str:
     if len(stripped) > limit:
         raise QueryError(f"{what} of {len(stripped):,} characters: the limit is query.max_query_chars={limit:,}")
     return stripped
-
-
-def no_index(store: Any) -> MissingIndexError:
-    return MissingIndexError(f"{store.root}/index: no index built yet (run `realm refresh-index`)")
-
-
-class CurrentIndex(Retriever):
-    """The index version `index/CURRENT` names (what the nightly refresh-index moves forward),
-    queried with the query encoder that belongs to its document encoder (the sibling
-    `query_encoder/` of the retriever or REALM model; an untrained bundled encoder is shared)."""
-
-    name = "index"
-    retrieves = True
-
-    def __init__(self, blocks: BlockStore, top_k: int, store: Any, tokenizer: Any, question_length: int) -> None:
-        from pathlib import Path
-
-        from realm_core.retrieval.encoders import RetrieverEncoder
-        from realm_core.retrieval.versions import current_step, encoder_dir, load_index
-
-        super().__init__(blocks, top_k)
-        self.step = current_step(store)
-        if self.step is None:
-            raise no_index(store)
-        self.index, art = load_index(store, self.step)
-        self.artifact = art
-        doc = encoder_dir(store, art)
-        sibling = Path(doc).parent / "query_encoder"
-        self.encoder_dir = str(sibling) if doc.endswith("doc_encoder") and sibling.is_dir() else doc
-        self.query_encoder = RetrieverEncoder.from_pretrained(self.encoder_dir).eval()
-        self.tokenizer, self.question_length = tokenizer, question_length
-
-    def propose(self, questions: list[QAQuestion]) -> Proposal:
-        import numpy as np
-        import torch
-
-        with torch.inference_mode():
-            q = embed_questions(self.query_encoder, self.tokenizer, [x.question for x in questions],
-                                self.question_length).cpu().numpy()  # (B, D)
-        scores, block_ids = self.index.search(q, self.top_k)
-        return Proposal(np.asarray(block_ids, dtype=np.int64), np.asarray(scores, dtype=np.float32))
 
 
 def existing_only(hook: Hook) -> Hook:
@@ -164,19 +119,30 @@ class QueryEngine:
         needs = [u for u in stage(f"finetune_{key}").upstream(self.cfg) if u not in ("chunk", "questions")]
         return {n: self.stages.run(n).ref for n in needs}
 
-    def _dense(self, key: str, query_encoder_dir: str) -> Retriever:
+    def _retriever(self, kind: str, system_key: str | None, top_k: int | None = None,
+                   query_encoder_dir: str | None = None) -> Retriever:
+        """Retriever `kind` of the registry over the blocks, `top_k` of them a query (default:
+        `max_k`); with a system, over that system's block embeddings and with its query encoder
+        (or the one in `query_encoder_dir`)."""
         from realm_core.retrieval.encoders import RetrieverEncoder
 
-        system = qa_system(self.cfg, self._refs(key), key)
-        encoder = RetrieverEncoder.from_pretrained(query_encoder_dir).eval()
-        sources = Sources(self.stages.store, self.stages.ref("chunk"), system.doc_embed, encoder, self.tokenizer,
-                          self.cfg.finetune.question_length)
+        sources = Sources(self.stages.store, question_length=self.cfg.finetune.question_length,
+                          tokenizer=self.tokenizer)
+        if system_key is not None:
+            system = qa_system(self.cfg, self._refs(system_key), system_key)
+            sources.blocks_ref, sources.doc_embed = self.stages.ref("chunk"), system.doc_embed
+            encoder_dir = query_encoder_dir or system.query_encoder
+            if encoder_dir is not None:
+                sources.query_encoder = RetrieverEncoder.from_pretrained(encoder_dir).eval()
+        RETRIEVERS[kind].check(sources)  # before the blocks are read: what is missing is named
         try:
             with existing_artifacts_only():  # the blocks embedded by its document encoder, not embedded here
-                return RETRIEVERS["dense"].build(self.blocks, self.max_k, sources)
+                return RETRIEVERS[kind].build(self.blocks, self.max_k if top_k is None else top_k, sources)
         except MissingArtifactError as e:
-            raise MissingArtifactError(f"{key}: its document encoder's block embeddings are not in the store; "
-                                       f"`realm evaluate --system {key}` computes them ({e})") from None
+            if system_key is None:
+                raise
+            raise MissingArtifactError(f"{system_key}: its document encoder's block embeddings are not in the "
+                                       f"store; `realm evaluate --system {system_key}` computes them ({e})") from None
 
     def health(self) -> dict[str, Any]:
         """What is served, its files checked against their manifests as the store checks a cache
@@ -202,36 +168,24 @@ class QueryEngine:
         return [k for k in self._loaded if k != "tokenizer"]
 
     def current_index(self) -> CurrentIndex:
-        """The current index version, reloaded when `index/CURRENT` has moved on: a new object
-        replaces the old one, so a search holding the old one finishes on it."""
-        from realm_core.retrieval.versions import current_step
-
-        loaded: CurrentIndex | None = self._loaded.get("search:index")
-        step = current_step(self.stages.store)
-        if step is None:
-            raise no_index(self.stages.store)  # before the blocks are asked for: the index is what is missing
-        if loaded is None or step != loaded.step:
-            loaded = CurrentIndex(self.blocks, self.max_k, self.stages.store, self.tokenizer,
-                                  self.cfg.finetune.question_length)
-            self._loaded["search:index"] = loaded
-        return loaded
+        """The current index version, reloaded when `index/CURRENT` has moved on (a
+        `MissingIndexError` before any is built)."""
+        index = self.searcher("index")
+        assert isinstance(index, CurrentIndex)
+        return index
 
     def searcher(self, name: str) -> Retriever:
-        """The current index, BM25, or a dense retriever with the warm start's (ict) or REALM's
-        (realm) encoders over their own block embeddings."""
+        """Searcher `name` of SEARCHERS, loaded once and loaded again when stale (the current
+        index after `index/CURRENT` has moved on: a new object replaces the old one, so a search
+        holding the old one finishes on it)."""
         if name not in SEARCHERS:
             raise QueryError(f"retriever {name!r}: expected one of {', '.join(SEARCHERS)}")
-        if name == "index":
-            return self.current_index()
-        if f"search:{name}" not in self._loaded:
-            if name == "bm25":
-                self._loaded["search:bm25"] = BM25(self.blocks, self.max_k)
-            else:
-                system = qa_system(self.cfg, self._refs(name), name)
-                assert system.query_encoder is not None
-                self._loaded[f"search:{name}"] = self._dense(name, system.query_encoder)
-        retriever: Retriever = self._loaded[f"search:{name}"]
-        return retriever
+        loaded: Retriever | None = self._loaded.get(f"search:{name}")
+        if loaded is None or loaded.stale():
+            kind, system_key = SEARCHERS[name]
+            loaded = self._retriever(kind, system_key)
+            self._loaded[f"search:{name}"] = loaded
+        return loaded
 
     def search(self, queries: list[str], retriever: str = "index", k: int = 10) -> list[list[Hit]]:
         """The top-k blocks of each query, best first, with the retriever's own scores."""
@@ -293,11 +247,9 @@ class QueryEngine:
             system = qa_system(self.cfg, self._refs(key), key)
             model = self.stages.ref(f"finetune_{key}")
             reader = SpanReader.from_pretrained(f"{model.path}/reader", self.cfg.finetune.max_span_length)
-            if RETRIEVERS[system.retrieval].needs_query_encoder:
-                retriever = self._dense(key, f"{model.path}/query_encoder")
-            else:
-                retriever = RETRIEVERS[system.retrieval](self.blocks, min(self.cfg.finetune.top_k, len(self.blocks)))
-            retriever.top_k = min(self.cfg.finetune.top_k, len(self.blocks))
+            trained = f"{model.path}/query_encoder" if RETRIEVERS[system.retrieval].needs_query_encoder else None
+            retriever = self._retriever(system.retrieval, key, min(self.cfg.finetune.top_k, len(self.blocks)),
+                                        trained)
             form, temperature = self.cfg.finetune.form, self.cfg.finetune.train_temperature(retriever.name)
             newest = self._newest_evaluation()
             if newest is not None and (fit := newest["temperatures"].get(system.name)) is not None:

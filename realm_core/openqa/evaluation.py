@@ -43,10 +43,10 @@ from realm_core.openqa.finetune_stage import (
     run_gold_reader,
 )
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.retrievers import RETRIEVERS, Retriever
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.progress import NoProgress, Progress
+from realm_core.retrieval.retrievers import RETRIEVERS, Retriever
 
 
 @dataclass
@@ -153,8 +153,8 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     question's own paragraph: the reader's ceiling apart from retrieval."""
     from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement, resolve_device
-    from realm_core.openqa.retrievers import GoldPassage
     from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.retrievers import GoldPassage
     from realm_core.retrieval.stage import encoder_hash
 
     progress = progress or NoProgress()

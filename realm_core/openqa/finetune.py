@@ -38,9 +38,9 @@ from realm_core.openqa.reading import (
     gold_tensor,
     reader_rows,
 )
-from realm_core.openqa.retrievers import Proposal, Retriever
 from realm_core.openqa.span_reader import SpanReader, span_log_probs, span_marginal_likelihood
 from realm_core.progress import NoProgress, Progress
+from realm_core.retrieval.retrievers import Proposal, Retriever
 from realm_core.training import (
     adamw,
     latest_checkpoint,

@@ -51,8 +51,8 @@ from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.retrievers import RETRIEVERS, Retriever, Sources
 from realm_core.progress import Progress
+from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources
 
 READER_KIND = "qa_reader"
 MODEL_KIND = "openqa_model"
@@ -213,8 +213,8 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     reader start serves every system. None when the phase has no steps."""
     from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement, resolve_device
-    from realm_core.openqa.retrievers import GoldPassage
     from realm_core.openqa.span_reader import SpanReader
+    from realm_core.retrieval.retrievers import GoldPassage
     from realm_core.retrieval.stage import encoder_hash
 
     budget = config.gold_passage

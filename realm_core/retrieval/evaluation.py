@@ -5,9 +5,10 @@ gold blocks are the blocks that contain a gold answer (DPR's has_answer rule).
   corpus (Wikipedia distractors included).
 - DPR NQ sample: its questions against its own passages (the blocks of the `dpr` source).
 
-Systems are measured in the same run over the same blocks: BM25 (bm25s, English stop words and
-Snowball stemming), dense retrievers whose blocks are embedded by the embed stage (so the index
-embeddings are reused through the cache), and labelled references.
+Systems are measured in the same run over the same blocks, each a retriever of the one registry
+(`realm_core.retrieval.retrievers.RETRIEVERS`): BM25, dense retrievers whose blocks are embedded
+by the embed stage (so the index embeddings are reused through the cache), and labelled
+references.
 
 Shapes: Q questions, N blocks, D embedding dim, R ranking depth, C candidate blocks of a question set.
 """
@@ -15,8 +16,7 @@ Shapes: Q questions, N blocks, D embedding dim, R ranking depth, C candidate blo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -27,21 +27,27 @@ from realm_core.config import EmbedConfig, RetrievalEvalConfig, resolve_data_pat
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
 from realm_core.questions import QuestionSet, dpr_questions, squad_questions
+from realm_core.retrieval.retrievers import RETRIEVERS, Blocks, Question, Sources
 
 KIND = "retrieval_eval"
 
 
 @dataclass(frozen=True)
 class RetrieverSystem:
-    """A retriever under evaluation. Dense: `doc_embed` embeds the blocks and the query encoder
-    is `query_encoder` with the same head settings (a fresh head gets the same seed, so an
-    untrained query and document projection are one and the same matrix)."""
+    """A retriever under evaluation: `kind` names its class in `RETRIEVERS`. One that needs a
+    query encoder has `doc_embed` embed the blocks and `query_encoder` with the same head settings
+    (a fresh head gets the same seed, so an untrained query and document projection are one and
+    the same matrix)."""
 
     name: str
-    kind: Literal["bm25", "dense"]
+    kind: str
     query_encoder: str | None = None
     doc_embed: EmbedConfig | None = None
     note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in RETRIEVERS:
+            raise ConfigError(f"retriever {self.name!r}: kind {self.kind!r}, expected one of {', '.join(RETRIEVERS)}")
 
     def key(self) -> dict[str, Any]:
         """What the evaluation's cache key holds of this system: its settings, no path (a dense
@@ -73,34 +79,6 @@ def recall_metrics(hits: np.ndarray, ks: tuple[int, ...], depth: int) -> dict[st
     metrics = {f"R@{k}": float(np.mean(found & (hits <= k))) for k in ks}
     metrics[f"MRR@{depth}"] = float(np.mean(np.where(found, 1.0 / np.maximum(hits, 1), 0.0)))
     return metrics
-
-
-def rank_bm25(queries: list[str], texts: list[str], candidates: np.ndarray, depth: int) -> np.ndarray:
-    """(Q, R) block ids ranked by BM25 over the candidate blocks."""
-    import bm25s
-    import Stemmer
-
-    stemmer = Stemmer.Stemmer("english")
-    corpus = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
-    bm25 = bm25s.BM25()
-    bm25.index(corpus, show_progress=False)
-    q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, return_ids=False,
-                              show_progress=False)
-    q_tokens = [t if t else ["[empty]"] for t in q_tokens]  # a stop-word-only question
-    rows, _ = bm25.retrieve(q_tokens, k=depth, show_progress=False)  # (Q, R) rows of `texts`
-    ranked: np.ndarray = candidates[np.asarray(rows, dtype=np.int64)]
-    return ranked
-
-
-def rank_dense(query_vectors: np.ndarray, block_vectors: np.ndarray, candidates: np.ndarray,
-               depth: int) -> np.ndarray:
-    """(Q, R) block ids by inner product, exact (faiss flat) over the candidate blocks."""
-    from realm_core.retrieval.index import MipsIndex
-
-    index = MipsIndex.build(block_vectors.shape[1], "Flat")
-    index.add(block_vectors[candidates], candidates)
-    _, ids = index.search(query_vectors, depth)  # (Q, R)
-    return ids
 
 
 def _tasks(config: RetrievalEvalConfig, doc_ids: list[str], source: str) -> list[EvalTask]:
@@ -143,15 +121,14 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
                            systems: list[RetrieverSystem], config: RetrievalEvalConfig,
                            progress: Progress | None = None) -> StageResult:
     from realm_core.bert import load_tokenizer
-    from realm_core.retrieval.embed import embed_queries, load_embeddings
     from realm_core.retrieval.encoders import RetrieverEncoder
-    from realm_core.retrieval.stage import encoder_hash, run_embed_blocks
+    from realm_core.retrieval.stage import encoder_hash
 
     progress = progress or NoProgress()
     inputs = {"blocks": blocks_ref.content_hash, "code": code_version((__name__,), ("bm25s",))}
     for i, s in enumerate(systems):
         inputs[f"system{i}"] = str(s.key())
-        if s.kind == "dense":
+        if RETRIEVERS[s.kind].needs_query_encoder:
             assert s.query_encoder is not None and s.doc_embed is not None
             inputs[f"system{i}_encoders"] = (encoder_hash(s.query_encoder) + ":"
                                              + encoder_hash(s.doc_embed.doc_encoder))
@@ -163,7 +140,7 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
     doc_ids = table.column("doc_id").to_pylist()
     tasks = _tasks(config, doc_ids, blocks.path)
     texts = table.column("text").to_pylist()
-    titles = table.column("title").to_pylist()
+    corpus = Blocks(table.column("title").to_pylist(), texts)
     token_cache: dict[int, str] = {}
 
     def block_tokens(block: int) -> str:
@@ -174,30 +151,20 @@ def run_evaluate_retrieval(store: ArtifactStore, blocks_ref: ArtifactRef,
     rows: list[dict[str, Any]] = []
     top = max(config.ks)
     for n, s in enumerate(systems, 1):
-        block_vectors = query_encoder = None
-        if s.kind == "dense":  # its document encoder's embeddings: a progress bar of their own when computed
+        kind = RETRIEVERS[s.kind]
+        sources = Sources(store, blocks_ref, s.doc_embed, question_length=config.query_length,
+                          batch_size=config.batch_size, progress=progress)
+        if kind.needs_query_encoder:  # with its document encoder's head settings
             assert s.query_encoder is not None and s.doc_embed is not None
-            emb = run_embed_blocks(store, blocks_ref, s.doc_embed, progress)
-            art = store.open(emb.ref, kind="embeddings")
-            block_vectors = load_embeddings(Path(art.path) / "embeddings", art.manifest["embeddings"],
-                                            len(doc_ids))  # (N, D)
             e = s.doc_embed
-            query_encoder = RetrieverEncoder.from_pretrained(s.query_encoder, e.projection_dim, e.pooling,
-                                                             e.seed, e.normalize)
+            sources.query_encoder = RetrieverEncoder.from_pretrained(s.query_encoder, e.projection_dim, e.pooling,
+                                                                     e.seed, e.normalize).eval()
+            sources.tokenizer = load_tokenizer(s.query_encoder)
+        retriever = kind.build(corpus, config.depth, sources)  # a dense one's embeddings: their own bar
         progress.start(f"evaluate retriever {n}/{len(systems)} ({s.name})", len(tasks), "question sets")
         for task in tasks:
             qs = task.questions.questions
-            depth = min(config.depth, len(task.candidates))
-            if s.kind == "bm25":
-                ranked = rank_bm25([q.question for q in qs],
-                                   [f"{titles[b]} {texts[b]}" for b in task.candidates],
-                                   task.candidates, depth)
-            else:
-                assert block_vectors is not None
-                q_vectors = embed_queries(query_encoder, load_tokenizer(s.query_encoder),
-                                          [q.question for q in qs], config.query_length,
-                                          config.batch_size)  # (Q, D)
-                ranked = rank_dense(q_vectors, block_vectors, task.candidates, depth)
+            ranked = retriever.propose([Question(q.question) for q in qs], task.candidates).ids  # (Q, R)
             hits = first_hits(ranked, [q.answers for q in qs], block_tokens)
             task.results[s.name] = recall_metrics(hits, config.ks, config.depth)
             rows += [{"dataset": task.questions.name, "system": s.name, "qid": q.qid,

@@ -27,9 +27,9 @@ from realm_core.openqa.reading import (
     gold_row_lengths,
     reader_rows,
 )
-from realm_core.openqa.retrievers import BM25, Dense, GoldPassage, Retriever
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.retrieval.retrievers import BM25, Dense, GoldPassage, Retriever
 from realm_core.retrieval.stage import encoder_hash
 
 TITLES = ["France", "Germany", "Italy", "Zürich", "Spain", "Japan"]

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from realm_core.answers import token_string
 from realm_core.artifacts import ArtifactStore
@@ -14,11 +15,18 @@ from realm_core.questions import dpr_questions, squad_questions
 from realm_core.retrieval.evaluation import (
     RetrieverSystem,
     first_hits,
-    rank_bm25,
-    rank_dense,
     recall_metrics,
     run_evaluate_retrieval,
     standard_systems,
+)
+from realm_core.retrieval.retrievers import (
+    BM25,
+    RETRIEVERS,
+    Blocks,
+    Dense,
+    Proposal,
+    Question,
+    Retriever,
 )
 from realm_core.retrieval.warm_start import run_warm_start_ict
 from realm_core.spans.mining import run_mine_spans
@@ -36,14 +44,59 @@ def test_first_hits_and_metrics_are_exact() -> None:
     assert m == {"R@1": 0.0, "R@2": pytest.approx(2 / 3), "MRR@3": pytest.approx((0.5 + 0.5) / 3)}
 
 
+class FixedQueries(Dense):
+    """Dense with the query embeddings given, so that the ranking is known exactly."""
+
+    def __init__(self, blocks: Blocks, vectors: np.ndarray, queries: np.ndarray) -> None:
+        super().__init__(blocks, 2, None, None, vectors, 8)
+        self.queries = torch.from_numpy(queries)
+
+    def embed(self, questions: list) -> torch.Tensor:  # type: ignore[type-arg]
+        return self.queries[:len(questions)]
+
+
 def test_bm25_and_dense_rank_within_the_candidates() -> None:
+    blocks = Blocks([""] * 4, BLOCKS)
     candidates = np.array([0, 2, 3])  # Berlin's block is not searched
-    ranked = rank_bm25(["capital of Germany", "longest river"], [BLOCKS[i] for i in candidates],
-                       candidates, 3)
+    bm25 = BM25(blocks, 3)
+    asked = [Question("capital of Germany"), Question("longest river")]
+    ranked = bm25.propose(asked, candidates).ids
     assert ranked[0, 0] == 3 and 1 not in ranked[0] and ranked[1, 0] == 2
-    vectors = np.eye(4, dtype=np.float32)
-    ids = rank_dense(np.array([[0.2, 1, 0, 0.5]], np.float32), vectors, candidates, 2)
-    assert ids.tolist() == [[3, 0]]  # block 1 scores highest but is not a candidate
+    assert bm25.propose(asked).ids[0, 0] == 1  # over every block, Berlin's is first
+    dense = FixedQueries(blocks, np.eye(4, dtype=np.float32), np.array([[0.2, 1, 0, 0.5]], np.float32))
+    assert dense.propose([Question("q")], candidates).ids.tolist() == [[3, 0]]  # block 1 is not a candidate
+    assert dense.propose([Question("q")]).ids.tolist() == [[1, 3]]
+
+
+class TitleMatch(Retriever):
+    """A retriever added the way CONTRIBUTING.md shows: words shared with the block's title."""
+
+    name = "title"
+    retrieves = True
+
+    def propose(self, questions: list, candidates: np.ndarray | None = None) -> Proposal:  # type: ignore[type-arg]
+        among = np.arange(self.blocks.corpus_size) if candidates is None else candidates
+        words = [set(self.blocks.titles[b].lower().split()) for b in among]
+        scores = np.array([[len(w & set(q.question.lower().split())) for w in words] for q in questions],
+                          dtype=np.float32)  # (B, C)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :self.top_k]
+        return Proposal(among[order], np.take_along_axis(scores, order, axis=1))
+
+
+def test_a_new_retriever_is_one_class_and_one_registry_line(shared_data: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(RETRIEVERS, "title", TitleMatch)  # the registry line
+    cfg = load_config("tiny")
+    store = ArtifactStore(tmp_path / "art")
+    blocks = run_chunk(store, run_ingest(store, cfg.ingest).ref, cfg.chunk)
+    result = run_evaluate_retrieval(store, blocks.ref, [RetrieverSystem("BM25", "bm25"),
+                                                        RetrieverSystem("title words", "title")], cfg.retrieval_eval)
+    squad = store.open(result.ref).manifest["results"]["squad-open"]["systems"]
+    assert set(squad) == {"BM25", "title words"}
+    # titles alone find the article, not the paragraph: well below BM25, above nothing
+    assert 0 < squad["title words"]["R@20"] < squad["BM25"]["R@20"]
+    with pytest.raises(ConfigError, match="kind 'nope', expected one of none, gold, bm25, dense, index, title"):
+        RetrieverSystem("x", "nope")
 
 
 def test_question_sets_count_what_they_drop(tmp_path: Path) -> None:
