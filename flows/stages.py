@@ -41,7 +41,8 @@ def refresh_pretraining_index(blocks: ArtifactRef, embed: EmbedConfig, index: In
     """A pretraining run's index refresh (REALM §3.4): every block re-embedded with the run's
     current document encoder, the new version built under the run's own index root."""
     embedded = embed_blocks(blocks, embed, root)
-    build_index(embedded["ref"], blocks, index, root, index_root)
+    assert embedded.ref is not None
+    build_index(embedded.ref, blocks, index, root, index_root)
 
 
 @flow(name="ingest-corpus", log_prints=True)

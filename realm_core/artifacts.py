@@ -100,6 +100,16 @@ class Artifact:
     def ref(self) -> ArtifactRef:
         return ArtifactRef(self.manifest["kind"], self.path, self.manifest["content_hash"])
 
+    def made_from(self, **inputs: ArtifactRef) -> Artifact:
+        """This artifact, after checking that it was made from each given input (by the content
+        hash its manifest records): a stage that reads two artifacts refuses a pair that do not
+        belong together, before any work."""
+        for name, ref in inputs.items():
+            if self.manifest.get("inputs", {}).get(name) != ref.content_hash:
+                raise ArtifactError(f"{self.path}: the {self.kind} artifact was made from other {name} than "
+                                    f"{ref.path}; give it the {name} it was made from, or recompute it from these")
+        return self
+
     @property
     def kind(self) -> str:
         return str(self.manifest["kind"])

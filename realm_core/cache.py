@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from realm_core.artifacts import Artifact, ArtifactStore, ArtifactWriter, StageResult
-from realm_core.errors import ArtifactError, MissingArtifactError
+from realm_core.errors import ArtifactError, ConfigError, MissingArtifactError
 
 # Modules that carry artifacts, configs and errors around but compute nothing a stage writes:
 # left out of code hashes, so that a new config field or a reworded error is not a cache miss
@@ -159,13 +160,26 @@ class CachedStage:
         self._hit = None if found is None else self._result(found, cached=True)
         return self._hit
 
+    @property
+    def checkpoints(self) -> Path:
+        """Where a training stage checkpoints this run: `<root>/checkpoints/<kind>-<key>`, so a
+        run killed at any moment and run again with the same config resumes there. A local root
+        only (a checkpoint is published by renaming a directory)."""
+        if not self.store.local:
+            raise ConfigError(f"{self.store.url}: training checkpoints need a local artifact root")
+        return Path(self.store.root) / "checkpoints" / f"{self.kind}-{self.key}"
+
     @contextmanager
     def write(self) -> Iterator[ArtifactWriter]:
+        """Write the artifact; once it is published, the run's checkpoints (if any) are removed:
+        a finished run leaves nothing to resume."""
         with self.store.write(self.kind, self.key, config=self._config_dump(),
                               config_hash=self.config_hash, inputs=self.inputs, replace=self.force) as out:
             yield out
             if "stats" not in out.extra_manifest:
                 raise ArtifactError(f"{self.kind}/{self.key}: the stage wrote no stats")
+        if self.store.local:
+            shutil.rmtree(Path(self.store.root) / "checkpoints" / f"{self.kind}-{self.key}", ignore_errors=True)
 
     def result(self) -> StageResult:
         """The artifact just published under this key (by this process or, on a rank other than

@@ -14,6 +14,8 @@ from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger
 
+from realm_core.artifacts import StageResult
+from realm_core.graph import StageRun
 from realm_core.progress import LogProgress, Progress
 
 
@@ -54,12 +56,17 @@ def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, An
     return md
 
 
-def run_stage(stage: str, run: Callable[[Progress], Any]) -> dict[str, Any]:
-    """Time a realm_core stage call (given the run's progress reporter), publish its report and
-    return what flows pass on: the artifact ref, whether it was a cache hit, stats, seconds."""
+def reported_stage(name: str, title: str, run: Callable[[Progress], StageResult | None],
+                   config: dict[str, Any]) -> StageRun:
+    """The one path of every task that runs a stage: time the realm_core call (given the run's
+    progress reporter), publish its report with the config it ran on, and return the StageRun
+    that flows pass on (artifact, cache hit or not, stats, seconds, report)."""
     t0 = time.perf_counter()
     result = run(run_progress())
     seconds = time.perf_counter() - t0
-    publish_stage_report(stage, result.ref, result.cached, result.stats, seconds, result.report)
-    return {"ref": result.ref, "cached": result.cached, "stats": result.stats, "seconds": seconds,
-            "report": result.report}
+    if result is None:
+        done = StageRun(name, None, True, {"skipped": "off in this config"}, seconds, "", config)
+    else:
+        done = StageRun(name, result.ref, result.cached, result.stats, seconds, result.report, config)
+    publish_stage_report(title, done.ref, done.cached, done.stats, done.seconds, done.report, done.config)
+    return done

@@ -3,23 +3,25 @@ document encoder, then build the index version under the run's own index root.""
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import task
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import EmbedConfig, IndexConfig
+from realm_core.graph import StageRun
 from realm_core.retrieval.stage import run_build_index, run_embed_blocks
-from tasks.reporting import run_stage
+from tasks.reporting import reported_stage
 
 
 @task(name="embed-blocks")
-def embed_blocks(blocks: ArtifactRef, config: EmbedConfig, root: str) -> dict[str, Any]:
-    return run_stage("embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, config, p))
+def embed_blocks(blocks: ArtifactRef, config: EmbedConfig, root: str) -> StageRun:
+    return reported_stage("embed", "embed", lambda p: run_embed_blocks(ArtifactStore(root), blocks, config, p),
+                          {"embed": config.model_dump(mode="json")})
 
 
 @task(name="build-index", retries=2, retry_delay_seconds=10)
 def build_index(embeddings: ArtifactRef, blocks: ArtifactRef, config: IndexConfig, root: str,
-                index_root: str) -> dict[str, Any]:
-    return run_stage("index", lambda _: run_build_index(ArtifactStore(root), embeddings, blocks, config,
-                                                         ArtifactStore(index_root)))
+                index_root: str) -> StageRun:
+    return reported_stage("index", "index",
+                          lambda _: run_build_index(ArtifactStore(root), embeddings, blocks, config,
+                                                    ArtifactStore(index_root)),
+                          {"index": config.model_dump(mode="json")})

@@ -31,9 +31,7 @@ retrieving system's temperature is fit on dev questions, never on test.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -238,7 +236,7 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
                                      config.dev_questions, blocks=blocks) if q.passage is not None]
     reader = SpanReader.from_pretrained(reader_start, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, None)
-    checkpoints = Path(store.root) / "checkpoints" / f"gold-reader-{cache.key}"
+    checkpoints = cache.checkpoints
     retriever = GoldPassage(blocks, 1)
     # one process trains it (under torchrun, rank 0 while the others wait for the artifact), so
     # a placement of its own: `finetune.device` and `finetune.precision`, no process group
@@ -255,7 +253,6 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
         tokenizer.save_pretrained(str(out.tmp / "reader"))
         out.table("finetune_curve").write([{**r, "phase": "gold_passage"} for r in curves.steps])
         out.extra_manifest.update({"stats": stats, "report": report})
-    shutil.rmtree(checkpoints, ignore_errors=True)
     return cache.result()
 
 
@@ -296,7 +293,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, config)
     reader = SpanReader.from_pretrained(reader_dir, config.max_span_length, config.dropout, config.seed)
     models = QAModels(reader, query_encoder)
-    checkpoints = Path(store.root) / "checkpoints" / f"finetune-{cache.key}"
+    checkpoints = cache.checkpoints
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, config.budget(),
                           checkpoints, dev, progress, placement)
     if not placement.is_main:
@@ -325,6 +322,5 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
             plot_curves(curves.steps, "step", ["loss", "with_gold"], out.file("finetune_curve.png"),
                         f"open-QA fine-tuning: {system.name}")
         out.extra_manifest.update({"stats": stats, "report": report, "system": system.spec()})
-    shutil.rmtree(checkpoints, ignore_errors=True)
     placement.barrier()
     return cache.result()

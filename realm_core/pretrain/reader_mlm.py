@@ -15,7 +15,6 @@ Shapes: B blocks, T tokens, M masked positions, V vocabulary.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,7 +175,7 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
                          f"MLM warm-up needs at least batch_size={config.batch_size}")
     tokenizer = load_tokenizer(reader_encoder)
     reader = KnowledgeAugmentedEncoder.from_pretrained(reader_encoder, dropout=0.0, seed=config.seed)
-    checkpoints = Path(store.root) / "checkpoints" / f"reader-mlm-{cache.key}"
+    checkpoints = cache.checkpoints
     t0 = time.perf_counter()
     curve = train_reader_mlm(reader, texts, kept, tokenizer, config, checkpoints,
                              progress or NoProgress(), place)
@@ -191,6 +190,5 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
         tokenizer.save_pretrained(str(out.tmp / "reader"))
         out.table("reader_mlm_metrics").write(curve)
         out.extra_manifest.update({"stats": stats, "report": report})
-    shutil.rmtree(checkpoints, ignore_errors=True)
     place.barrier()
     return cache.result()

@@ -4,7 +4,8 @@
 Everything a run refreshes (encoder snapshots, their embeddings' index versions and its CURRENT
 pointer) lives in the run's own namespace `<root>/runs/pretrain-<key>/`, so two runs with
 different configs never claim the same index version. Block embeddings share the main cache.
-Checkpoints go to `<root>/checkpoints/pretrain-<key>/`; rerunning resumes from the newest.
+Checkpoints go to `<root>/checkpoints/realm_model-<key>/` (`CachedStage.checkpoints`); rerunning
+resumes from the newest.
 
 Launched by torchrun, every rank runs this stage over the shared artifact root: rank 0 builds
 the first index, refreshes it, checkpoints and publishes the artifact; the others train their
@@ -14,7 +15,6 @@ slice of each batch and return rank 0's artifact.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -46,6 +46,7 @@ from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_blocks
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+from realm_core.spans.mining import open_mined
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
@@ -131,10 +132,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     cache = CachedStage(store, KIND, config, inputs, force)
     if cache.hit:
         return cache.hit
-    blocks = store.open(blocks_ref, kind="blocks")
-    spans = store.open(spans_ref, kind="salient_spans")
-    if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
-        raise ConfigError(f"{spans.path}: spans were mined from other blocks than {blocks_ref.path}")
+    blocks, spans = open_mined(store, blocks_ref, spans_ref)
     # the tokenizer that cut the blocks, to read the spans' wordpieces again (masking)
     where = {"chunk.encoder": chunk_encoder} if chunk_encoder else {}
     blocks_encoder = blocks_tokenizer(blocks, {**where, "pretrain.reader_encoder": config.reader_encoder})
@@ -189,8 +187,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
 
     def index_at(step: int) -> IndexHandle:
         index, art = load_index(run_store, step)
-        if art.manifest["inputs"]["blocks"] != blocks_ref.content_hash:
-            raise ConfigError(f"{art.path}: index built from other blocks than {blocks_ref.path}")
+        art.made_from(blocks=blocks_ref)
         if index.dim != query_encoder.projection_dim:
             raise ConfigError(f"{art.path}: index dimension {index.dim} != query embedding "
                               f"dimension {query_encoder.projection_dim}")
@@ -202,7 +199,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     placement.barrier()
     refresher = (IndexRefresher(build, config.sync_refresh)
                  if retrieving and not config.freeze_retriever and placement.is_main else None)
-    checkpoints = Path(store.root) / "checkpoints" / f"pretrain-{cache.key}"
+    checkpoints = cache.checkpoints
     t0 = time.perf_counter()
     try:
         curves = train_realm(RealmModels(reader, query_encoder, doc_encoder), data, config,
@@ -263,6 +260,5 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
                     out.file("pretrain_curves.png"), f"REALM pretraining ({config.retrieval})")
         out.extra_manifest.update({"stats": stats, "report": report, "step": base_step + config.steps,
                                    "example_counts": dict(counts)})
-    shutil.rmtree(checkpoints, ignore_errors=True)
     placement.barrier()
     return cache.result()

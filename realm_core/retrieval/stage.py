@@ -85,9 +85,7 @@ def run_build_index(store: ArtifactStore, embeddings_ref: ArtifactRef, blocks_re
     Versions and the CURRENT pointer live in `index_store` (default: `store`); a pretraining run
     keeps its own there, so two runs never claim the same version number."""
     index_store = index_store or store
-    emb = store.open(embeddings_ref, kind="embeddings")
-    if emb.manifest["inputs"]["blocks"] != blocks_ref.content_hash:
-        raise RealmError(f"{emb.path}: embeddings were made from other blocks than {blocks_ref.path}")
+    emb = store.open(embeddings_ref, kind="embeddings").made_from(blocks=blocks_ref)
     step = int(emb.manifest["stats"]["retriever_step"])
     existing = None if force else index_store.lookup(KIND, version_name(step))
     if existing is not None:

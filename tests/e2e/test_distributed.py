@@ -62,7 +62,7 @@ def test_a_killed_single_process_run_resumes_on_two_ranks_along_its_loss_curve(t
         run_pretrain(store, blocks.ref, spans.ref, ict.ref, cfg.pretrain, cfg.masking, cfg.embed, cfg.index,
                      KillAfter(3))
     assert not list(root.glob("realm_model/*"))  # a killed run publishes nothing
-    (checkpoint,) = (root / "checkpoints").glob("pretrain-*")
+    (checkpoint,) = (root / "checkpoints").glob("realm_model-*")
     assert sorted(p.name for p in checkpoint.glob("step-*")) == ["step-00000002"]
     resumed = realm_pretrain(root, "--nproc", "2")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

@@ -89,7 +89,7 @@ def test_warm_start_flow_then_nightly_refresh_uses_the_newest_retriever(shared_d
     assert warm_start_ict(preset="tiny", root=root)["ict"].cached is True
     store = ArtifactStore(root)
     assert store.open(first.ref).rows("ict_curve") == 4
-    assert not (Path(root) / "checkpoints" / f"warm-start-{Path(first.ref.path).name}").exists()
+    assert not (Path(root) / "checkpoints" / f"retriever-{Path(first.ref.path).name}").exists()
     # the nightly deployment's override: embed with the newest retriever (ICT, step 4)
     refreshed = refresh_index(preset="tiny", overrides=["embed.encoder_from=latest"], root=root)
     assert refreshed["index"].stats["step"] == 4 and current_step(store) == 4
