@@ -123,14 +123,15 @@ def pretrain_realm(preset: Preset = "demo", config_file: ConfigFile = None, over
 @described
 def finetune_openqa(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
                     root: Root = None, force: Force = False) -> dict[str, StageRun]:
-    """Each system in openqa_eval.systems fine-tuned on finetune.dataset's train split: its span
-    reader on each question's own paragraph, then with its query encoder on its own top-5 blocks
-    for finetune.steps, the document encoder and index frozen (resumable)."""
-    from realm_core.graph import qa_keys
+    """Each system in openqa_eval.systems fine-tuned on finetune.dataset's train split in two
+    phases, each its own stage: its span reader on each question's own paragraph (a
+    `gold_reader*` stage per reader start, shared by its systems), then with its query encoder on
+    its own top-5 blocks for finetune.steps, the document encoder and index frozen (resumable).
+    `force` recomputes both phases."""
+    from realm_core.graph import finetune_targets
 
     cfg, _ = resolve(preset, config_file, overrides, root)
-    targets = tuple(f"finetune_{k}" for k in qa_keys(cfg) if k != "none")
-    return run_stages(targets, preset, config_file, overrides, root, force)
+    return run_stages(finetune_targets(cfg), preset, config_file, overrides, root, force)
 
 
 @flow(name="evaluate-openqa", log_prints=True)

@@ -32,6 +32,7 @@ from realm_core.training_config import (
     ReaderBudget,
     ReaderMlmConfig,
     RetroMAEConfig,
+    SpanReaderConfig,
 )
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 __all__ = ["BLOCK_VIEWS", "PRECISION_STAGES", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
            "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
-           "QA_SYSTEM_KEYS", "QASystemKey", "ReaderBudget", "ReaderMlmConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
+           "QA_SYSTEM_KEYS", "QASystemKey", "SYSTEM_NAMES", "ReaderBudget", "ReaderMlmConfig", "SpanReaderConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
            "SpanConfig",
            "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 
@@ -213,6 +214,11 @@ class QuestionsConfig(StageConfig):
 # ICT's encoders: what retrieval during pretraining does for the reader, apart from more masked LM
 QASystemKey = Literal["none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader", "ict_null_reader"]
 QA_SYSTEM_KEYS: tuple[str, ...] = get_args(QASystemKey)
+# each system's name in reports and tables
+SYSTEM_NAMES: dict[str, str] = {
+    "none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM",
+    "ict_realm_reader": "ICT retriever + REALM's reader", "realm_baseline_reader": "REALM's retriever + baseline reader",
+    "ict_null_reader": "ICT retriever + null-only pretrained reader"}
 
 
 class OpenQAEvalConfig(StageConfig):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.config import QA_SYSTEM_KEYS, EmbedConfig, PipelineConfig
+from realm_core.config import QA_SYSTEM_KEYS, SYSTEM_NAMES, EmbedConfig, PipelineConfig
 from realm_core.errors import ConfigError, CorruptArtifactError
 from realm_core.progress import NoProgress, Progress
 
@@ -25,9 +25,16 @@ JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job func
 RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)
 # the open-QA systems built from REALM pretraining's artifacts (its encoders or its reader)
 PRETRAINED_SYSTEMS = frozenset({"realm", "ict_realm_reader", "realm_baseline_reader"})
-# each system's own upstream stages besides the blocks, the questions and the reader start
-_SYSTEM_UPSTREAM = {"none": (), "bm25": (), "ict": ("ict",), "ict_null_reader": ("ict", "pretrain_null"),
-                    **{k: ("ict", "pretrain") for k in PRETRAINED_SYSTEMS}}
+# the first phase of fine-tuning, one gold-paragraph reader stage per reader start: the baseline
+# reader (MiniLM, or its masked-LM warm-up), REALM's pretrained reader, the null-only run's
+GOLD_STAGES = {"baseline": "gold_reader", "realm": "gold_reader_realm", "null": "gold_reader_null"}
+# each system's own upstream stages besides the blocks, the questions and the reader start: its
+# retriever's artifacts and the gold stage of its reader start (one reader start a system)
+_SYSTEM_UPSTREAM = {"none": (), "bm25": ("gold_reader",), "ict": ("ict", "gold_reader"),
+                    "realm": ("ict", "pretrain", "gold_reader_realm"),
+                    "ict_realm_reader": ("ict", "pretrain", "gold_reader_realm"),
+                    "realm_baseline_reader": ("ict", "pretrain", "gold_reader"),
+                    "ict_null_reader": ("ict", "pretrain_null", "gold_reader_null")}
 
 
 @dataclass
@@ -209,12 +216,36 @@ def qa_system(cfg: PipelineConfig, refs: dict[str, ArtifactRef | None], key: str
     return next(s for s in systems if s.key == key)
 
 
+def _gold_reader_start(start: str, i: StageInputs) -> str:
+    """The BERT directory a gold stage's reader starts from."""
+    from realm_core.openqa.finetune_stage import baseline_reader
+
+    if start == "baseline":
+        return baseline_reader(i.refs.get("reader_mlm"), i.cfg.pretrain, i.cfg.finetune)
+    return f"{_ref(i, 'pretrain' if start == 'realm' else 'pretrain_null').path}/reader"
+
+
+def _gold(start: str) -> Callable[[StageInputs], StageResult | None]:
+    def run(i: StageInputs) -> StageResult | None:
+        from realm_core.openqa.finetune_stage import run_gold_reader
+
+        return run_gold_reader(i.store, _ref(i, "questions"), _gold_reader_start(start, i),
+                               i.cfg.finetune.span_reader(), i.progress, force=i.force)
+    return run
+
+
+def _gold_of(key: str) -> str | None:
+    """The gold stage system `key` reads after (None: the system is not fine-tuned)."""
+    return next((u for u in _SYSTEM_UPSTREAM[key] if u in GOLD_STAGES.values()), None)
+
+
 def _finetuner(key: str) -> Callable[[StageInputs], StageResult]:
     def run(i: StageInputs) -> StageResult:
         from realm_core.openqa.finetune_stage import run_finetune
 
+        gold = _gold_of(key)
         return run_finetune(i.store, _ref(i, "chunk"), _ref(i, "questions"), qa_system(i.cfg, i.refs, key),
-                            i.cfg.finetune, i.progress, force=i.force)
+                            i.refs.get(gold) if gold else None, i.cfg.finetune, i.progress, force=i.force)
     return run
 
 
@@ -223,7 +254,7 @@ def _openqa_eval(i: StageInputs) -> StageResult:
 
     entries = [(qa_system(i.cfg, i.refs, k), i.refs.get(f"finetune_{k}")) for k in qa_keys(i.cfg)]
     return run_evaluate_openqa(i.store, _ref(i, "chunk"), _ref(i, "questions"), entries, i.cfg.finetune,
-                               i.cfg.openqa_eval, i.progress)
+                               i.cfg.openqa_eval, i.progress, gold_ref=i.refs.get("gold_reader"))
 
 
 # --- upstream of each stage -------------------------------------------------------------------
@@ -239,6 +270,16 @@ def qa_keys(cfg: PipelineConfig) -> list[str]:
             if k not in PRETRAINED_SYSTEMS or cfg.pretrain.retrieval == "realm"]
 
 
+def finetune_targets(cfg: PipelineConfig, phases: tuple[str, ...] = ("gold", "open")) -> tuple[str, ...]:
+    """The fine-tuning stages of the systems `openqa_eval.systems` names, in graph order: the
+    gold-paragraph stages their reader starts need (phase `gold`) and each system's own
+    fine-tuning (phase `open`, which needs its gold stage)."""
+    keys = [k for k in qa_keys(cfg) if k != "none"]
+    names = {g for k in keys if "gold" in phases and (g := _gold_of(k))}
+    names |= {f"finetune_{k}" for k in keys} if "open" in phases else set()
+    return tuple(s.name for s in STAGES if s.name in names)
+
+
 def _reader_start(cfg: PipelineConfig) -> tuple[str, ...]:
     return ("reader_mlm",) if cfg.finetune.reader_start == "reader_mlm" else ()
 
@@ -251,7 +292,7 @@ def _qa_upstream(key: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
 
 def _eval_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
     keys = qa_keys(cfg)
-    names = ["chunk", "questions", *_reader_start(cfg)]
+    names = ["chunk", "questions", *_reader_start(cfg), "gold_reader"]  # the gold-paragraph row's reader
     for k in keys:
         names += [u for u in _qa_upstream(k)(cfg) if u not in names]
     return (*names, *(f"finetune_{k}" for k in keys if k != "none"))
@@ -287,7 +328,14 @@ STAGES: tuple[Stage, ...] = (
           lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True,
           variant=null_only),
     Stage("questions", "questions", ("questions",), _none, _questions),
-    *(Stage(f"finetune_{k}", f"finetune {k}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True,
+    # the first phase of fine-tuning: the span reader on each training question's own paragraph
+    Stage("gold_reader", "gold-paragraph reader, from the baseline reader", ("finetune",),
+          lambda cfg: ("questions", *_reader_start(cfg)), _gold("baseline"), flow="finetune-openqa"),
+    Stage("gold_reader_realm", "gold-paragraph reader, from REALM's reader", ("finetune",),
+          _after("questions", "pretrain"), _gold("realm"), flow="finetune-openqa"),
+    Stage("gold_reader_null", "gold-paragraph reader, from the null-only run's reader", ("finetune",),
+          _after("questions", "pretrain_null"), _gold("null"), flow="finetune-openqa"),
+    *(Stage(f"finetune_{k}", f"fine-tuned {SYSTEM_NAMES[k]}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True,
             flow="finetune-openqa")
       for k in QA_SYSTEM_KEYS if k != "none"),
     Stage("openqa_eval", "open-QA evaluation", ("openqa_eval", "finetune", "embed"), _eval_upstream, _openqa_eval,

@@ -204,7 +204,7 @@ class QueryEngine:
     def default_system(self) -> tuple[str, str]:
         """(system key, why): the best system by SQuAD-open dev EM in the newest evaluation, or
         BM25 + reader when none exists."""
-        from realm_core.openqa.finetune_stage import SYSTEM_NAMES
+        from realm_core.config import SYSTEM_NAMES
 
         newest = self._newest_evaluation()
         if newest is not None:

@@ -169,13 +169,11 @@ class ReaderBudget(StageConfig):
     seed: int = 0
 
 
-class FinetuneConfig(StageConfig):
-    """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
-    encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks.
-
-    The reader first reads each training question's gold passage (`gold_passage`, DPR's reader
-    phase: one cached reader per reader start, shared by the systems), then each system trains
-    on its own retrieval for `steps`."""
+class SpanReaderConfig(StageConfig):
+    """The span reader and its first training phase, on each training question's gold passage
+    (`gold_passage`, DPR's reader phase): every field the gold-paragraph stages read, and only
+    those, so their cache key holds exactly what they depend on. `FinetuneConfig` adds the
+    open-domain phase; the gold stages are given this part of it (`FinetuneConfig.span_reader`)."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
 
@@ -183,32 +181,20 @@ class FinetuneConfig(StageConfig):
     split: Literal["train", "dev", "test"] = "train"
     dev_split: Literal["train", "dev", "test"] = Field("dev", description="split for checkpoint selection")
     dev_questions: int = Field(300, ge=1, description="dev questions evaluated for selection")
-    reader_start: Literal["encoder", "reader_mlm"] = Field(
-        "encoder", description="where the baselines' span readers start: pretrain.reader_encoder "
-        "itself, or after the reader masked-LM warm-up (REALM's reader always starts from REALM)")
     form: Literal["joint", "per_block"] = Field(
         "joint", description="joint: one softmax over every (block, span) with the retrieval logit "
         "added (ORQA); per_block: spans normalised within a block, times p(z|x) (REALM §3.3)")
     gold_passage: ReaderBudget = Field(
         default_factory=lambda: ReaderBudget(steps=0),
         description="reader training on the gold passages first (0 steps: none)")
-    top_k: int = Field(5, ge=1, description="retrieved blocks per question (REALM: 5)")
     reader_length: int = Field(384, ge=32, description="[CLS] question [SEP] title [SEP] body [SEP]; "
                                "question_length + the chunk length reads every block whole")
     question_length: int = Field(64, ge=8)
     max_span_length: int = Field(20, ge=1, description="answer spans up to this many wordpieces (how many "
                                  "answers each limit holds: experiments/answer_lengths.py)")
-    batch_size: int = Field(16, ge=1, description="questions per step, in epoch order")
-    learning_rate: float = Field(1e-5, gt=0, description="the reader's peak rate")
-    query_learning_rate: float = Field(1e-5, gt=0, description="the query encoder's peak rate (ORQA/REALM: 1e-5)")
-    warmup_steps: int = Field(100, ge=0)
-    eval_every: int = Field(0, ge=0, description="steps between dev evaluations (0: none)")
-    patience: int = Field(0, ge=0, description="evaluations without a gain before stopping (0: never)")
     weight_decay: float = Field(0.01, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     dropout: float = Field(0.1, ge=0, lt=1)
-    steps: int = Field(2_000, ge=0, description="open-domain steps on the system's own retrieval")
-    train_query_encoder: bool = Field(True, description="False: the retriever stays as warm-started")
     checkpoint_every: int = Field(100, ge=1)
     log_every: int = Field(10, ge=1)
     seed: int = 0
@@ -221,13 +207,43 @@ class FinetuneConfig(StageConfig):
         wordpiece: `[CLS] question [SEP] x [SEP] body [SEP]`."""
         return self.question_length + 4
 
+    def train_temperature(self, retriever: str) -> float | None:
+        """The retrieval temperature while training: a dense retriever learns its own scale (1);
+        a fixed one (BM25) gives uniform p(z|x), its temperature being fit on dev at evaluation."""
+        return 1.0 if retriever == "dense" else None
+
+
+class FinetuneConfig(SpanReaderConfig):
+    """Open-QA fine-tuning (REALM §3.4): the document encoder and its index frozen, the query
+    encoder and the span reader trained to maximise p(y|x) over the top-k retrieved blocks.
+
+    The reader first reads each training question's gold passage (the `SpanReaderConfig` part,
+    one cached reader per reader start, shared by the systems), then each system trains on its
+    own retrieval for `steps`."""
+
+    reader_start: Literal["encoder", "reader_mlm"] = Field(
+        "encoder", description="where the baselines' span readers start: pretrain.reader_encoder "
+        "itself, or after the reader masked-LM warm-up (REALM's reader always starts from REALM)")
+    top_k: int = Field(5, ge=1, description="retrieved blocks per question (REALM: 5)")
+    batch_size: int = Field(16, ge=1, description="questions per step, in epoch order")
+    learning_rate: float = Field(1e-5, gt=0, description="the reader's peak rate")
+    query_learning_rate: float = Field(1e-5, gt=0, description="the query encoder's peak rate (ORQA/REALM: 1e-5)")
+    warmup_steps: int = Field(100, ge=0)
+    eval_every: int = Field(0, ge=0, description="steps between dev evaluations (0: none)")
+    patience: int = Field(0, ge=0, description="evaluations without a gain before stopping (0: never)")
+    steps: int = Field(2_000, ge=0, description="open-domain steps on the system's own retrieval")
+    train_query_encoder: bool = Field(True, description="False: the retriever stays as warm-started")
+
+    def span_reader(self) -> SpanReaderConfig:
+        """The gold-paragraph stages' part of this config: the fields `SpanReaderConfig` declares."""
+        return SpanReaderConfig.model_validate(self.model_dump(include=set(SpanReaderConfig.model_fields)))
+
     def budget(self) -> ReaderBudget:
         """The open-domain phase's budget."""
         return ReaderBudget(steps=self.steps, batch_size=self.batch_size, learning_rate=self.learning_rate,
                             warmup_steps=self.warmup_steps, eval_every=self.eval_every,
                             patience=self.patience, seed=self.seed)
 
-    def train_temperature(self, retriever: str) -> float | None:
-        """The retrieval temperature while training: a dense retriever learns its own scale (1);
-        a fixed one (BM25) gives uniform p(z|x), its temperature being fit on dev at evaluation."""
-        return 1.0 if retriever == "dense" else None
+    def query_rate(self) -> float | None:
+        """The query encoder's peak rate in the open phase; None: it stays as warm-started."""
+        return self.query_learning_rate if self.train_query_encoder else None

@@ -64,26 +64,33 @@ def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
              root: Root = None, force: Force = False, system: Systems = None,
              dataset: Annotated[str | None, typer.Option(
                  help="questions dataset to train on (default: finetune.dataset, squad-open)")] = None,
+             phase: Annotated[str, typer.Option(
+                 help="gold: the span readers on each question's own paragraph (stages gold_reader*); open: "
+                      "each system on its own top-k blocks (finetune_*, after its gold phase); both. --force "
+                      "recomputes the phases named")] = "both",
              nproc: Nproc = 1) -> None:
     """questions + blocks + retriever -> [bold]fine-tuned open-QA system[/] (REALM §3.4) in two phases: the span reader reads each train question's own paragraph, then the reader and the query encoder train on the system's own top-5 blocks (the document encoder and its index frozen), p(y|x) marginalised over every matching span. Each system gets the same budget. Killed runs resume from their last checkpoint when rerun.
 
     The first phase is finetune.gold_passage (DPR's reader phase, the best of its dev evaluations kept; one reader per reader start, shared by the systems); the second runs finetune.steps (0: none; the demo preset runs none), and finetune.train_query_encoder=false keeps the retriever as warm-started.
 
-    Example: realm finetune --system ict --system realm --set finetune.steps=300
+    Example: realm finetune --system ict --system realm --set finetune.steps=300; the gold phase again:
+    realm finetune --phase gold --force
 
     Data parallel: realm finetune --nproc 2 (or torchrun ... -m flows.cli finetune)"""
-    from realm_core.graph import qa_keys
+    from realm_core.errors import ConfigError
+    from realm_core.graph import finetune_targets, stage
 
+    phases = {"gold": ("gold",), "open": ("open",), "both": ("gold", "open")}
     relaunch_under_torchrun(nproc)
     with errors():
+        if phase not in phases:
+            raise ConfigError(f"--phase {phase}: expected gold, open or both")
         sets = system_overrides(overrides, system) + ([f"finetune.dataset={dataset}"] if dataset else [])
         stages = resolver(preset, config, sets, root)
-        targets = [f"finetune_{k}" for k in qa_keys(stages.cfg) if k != "none"]
+        targets = finetune_targets(stages.cfg, phases[phase])
         stages.force = set(targets) if force else set()
-        from realm_core.openqa.finetune_stage import SYSTEM_NAMES
-
         for name in targets:
-            report(f"fine-tuned {SYSTEM_NAMES[name.removeprefix('finetune_')]}", stages.run(name))
+            report(stage(name).title, stages.run(name))
         close_process_group(stages.cfg.finetune.device)
 
 
@@ -99,7 +106,7 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         stages = resolver(preset, config, system_overrides(overrides, system), root,
                           force=["openqa_eval"] if force else [])
         run = stages.run("openqa_eval")
-        from realm_core.openqa.finetune_stage import SYSTEM_NAMES
+        from realm_core.config import SYSTEM_NAMES
 
         for name, upstream in stages.runs.items():
             if name.startswith("finetune_"):

@@ -39,8 +39,8 @@ from realm_core.openqa.finetune_stage import (
     QASystem,
     _blocks,
     _retriever,
+    gold_reader_of,
     load_questions,
-    run_gold_reader,
 )
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
@@ -145,7 +145,8 @@ def _mean(values: list[Any]) -> float:
 
 def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
                         entries: list[tuple[QASystem, ArtifactRef | None]], finetune_config: FinetuneConfig,
-                        config: OpenQAEvalConfig, progress: Progress | None = None) -> StageResult:
+                        config: OpenQAEvalConfig, progress: Progress | None = None,
+                        gold_ref: ArtifactRef | None = None) -> StageResult:
     """Each system answers every dataset's questions; `entries` pairs a system with its
     fine-tuned `openqa_model` (None: evaluated as it is, e.g. no retrieval). Each retrieving
     system's retrieval temperature is fit on `calibration_questions` dev questions first. The
@@ -159,7 +160,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
 
     progress = progress or NoProgress()
     baseline = entries[0][0].reader
-    gold = run_gold_reader(store, questions_ref, baseline, finetune_config, progress)
+    gold = gold_reader_of(store, gold_ref, baseline)  # the `gold_reader` stage: the baseline's
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               "finetune": finetune_config.config_hash(), "code": code_version((__name__,), ("bm25s",)),
               "gold_reader": gold.ref.content_hash if gold is not None else "none"}
@@ -196,7 +197,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         return cast(SpanReader, ReadOnce(reader.to(place.device), memo, encoder_hash(reader_dir)))
 
     if gold is not None:
-        runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(read_once(f"{gold.ref.path}/reader"), None), False))
+        runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(read_once(f"{gold.path}/reader"), None), False))
     for system, model in entries:
         reader_dir = f"{model.path}/reader" if model else system.reader
         kind = RETRIEVERS[system.retrieval]
@@ -264,7 +265,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         out.table("openqa_predictions").write(rows)
         out.extra_manifest.update({"results": results, "systems": specs, "stats": stats, "report": report,
                                    "temperatures": temperatures, "budget": budget,
-                                   "gold_reader": gold.stats if gold is not None else None,
+                                   "gold_reader": gold.manifest.get("stats") if gold is not None else None,
                                    "finetune": finetune_config.model_dump(mode="json")})
     return cache.result()
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from realm_core.answers import exact_match, normalize_answer
-from realm_core.config import FinetuneConfig, ReaderBudget
+from realm_core.config import ReaderBudget, SpanReaderConfig
 from realm_core.distributed import Placement
 from realm_core.openqa.reading import (
     BlockStore,
@@ -152,12 +152,14 @@ def _load_best(root: Path, models: QAModels) -> None:
 
 
 def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuestion], blocks: BlockStore,
-                 tokenizer: Any, config: FinetuneConfig, budget: ReaderBudget, checkpoint_root: Path,
+                 tokenizer: Any, config: SpanReaderConfig, budget: ReaderBudget, checkpoint_root: Path,
                  dev: list[QAQuestion] | None = None, progress: Progress | None = None,
-                 placement: Placement | None = None) -> FinetuneCurves:
+                 placement: Placement | None = None, query_learning_rate: float | None = None) -> FinetuneCurves:
     """Train in place for `budget.steps` steps (resuming from the newest checkpoint); with `dev`
     questions, evaluate dev exact match every `budget.eval_every` steps, keep the best weights,
-    stop after `budget.patience` evaluations without a gain, and end on the best weights.
+    stop after `budget.patience` evaluations without a gain, and end on the best weights. The
+    query encoder trains, at `query_learning_rate`, only where one is given (the open phase of
+    a retriever that trains); otherwise the retriever stays as it is.
 
     A step reads the next `batch_size` questions of the epoch; those whose retrieved blocks hold
     no answer as whole wordpieces give no gradient (REALM and ORQA train only on the others).
@@ -167,9 +169,10 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
     progress = progress or NoProgress()
     for m in models.modules().values():
         m.to(place.device)
-    train_retriever = retriever.trainable and config.train_query_encoder and models.query_encoder is not None
+    train_retriever = retriever.trainable and models.query_encoder is not None and query_learning_rate is not None
     trainable = [models.reader] + ([models.query_encoder] if train_retriever else [])
-    scales = [1.0] + ([config.query_learning_rate / budget.learning_rate] if train_retriever else [])
+    scales = [1.0] + ([query_learning_rate / budget.learning_rate]
+                      if train_retriever and query_learning_rate is not None else [])
     optimizer = adamw(trainable, budget.learning_rate, config.weight_decay, scales)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     curves, start, wall = FinetuneCurves(), 0, 0.0
@@ -264,7 +267,7 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
 
 
 def dev_exact_match(models: QAModels, retriever: Retriever, dev: list[QAQuestion], blocks: BlockStore,
-                    tokenizer: Any, config: FinetuneConfig, placement: Placement | None = None) -> float:
+                    tokenizer: Any, config: SpanReaderConfig, placement: Placement | None = None) -> float:
     temperature = config.train_temperature(retriever.name)
     preds = predict(models, retriever, dev, blocks, tokenizer, config, batch_size=16,
                     temperatures=(temperature,), placement=placement)[temperature]
@@ -284,7 +287,7 @@ class Prediction:
 
 
 def predict(models: QAModels, retriever: Retriever, questions: list[QAQuestion], blocks: BlockStore,
-            tokenizer: Any, config: FinetuneConfig, answer_candidates: int = 20, batch_size: int = 16,
+            tokenizer: Any, config: SpanReaderConfig, answer_candidates: int = 20, batch_size: int = 16,
             progress: Progress | None = None, temperatures: tuple[float | None, ...] = (None,),
             forms: tuple[str, ...] | None = None, placement: Placement | None = None) -> dict[Any, list[Prediction]]:
     """The most probable answer string per question, for each retrieval temperature (the reader

@@ -36,14 +36,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import (
     BUNDLED_ENCODER,
     QA_SYSTEM_KEYS,
+    SYSTEM_NAMES,
     EmbedConfig,
     FinetuneConfig,
     PretrainConfig,
+    SpanReaderConfig,
 )
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
@@ -57,9 +59,6 @@ MODEL_KIND = "openqa_model"
 EVAL_KIND = "openqa_eval"
 CURVE_COLUMNS = ("step", "loss", "dev_em", "with_gold", "learning_rate")
 GOLD_SYSTEM = "gold paragraph reader"
-# what the gold-passage phase depends on (the open phase's budget does not change it)
-GOLD_FIELDS = ("dataset", "split", "dev_split", "dev_questions", "form", "gold_passage", "reader_length",
-               "question_length", "max_span_length", "weight_decay", "max_grad_norm", "dropout", "seed", "precision")
 NOTE_SMALL_CORPUS = ("NQ, WebQuestions and CuratedTREC were written against all of Wikipedia; "
                      "over a small corpus most answers are absent, so compare systems on the "
                      "answerable subset and expect paper-level numbers only from the full dump "
@@ -94,11 +93,6 @@ class QASystem:
                     "doc_encoder": encoder_hash(self.doc_embed.doc_encoder)}
         return out
 
-
-SYSTEM_NAMES = {"none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM",
-                "ict_realm_reader": "ICT retriever + REALM's reader",
-                "realm_baseline_reader": "REALM's retriever + baseline reader",
-                "ict_null_reader": "ICT retriever + null-only pretrained reader"}
 
 
 def check_system_keys(keys: list[str]) -> list[str]:
@@ -177,7 +171,7 @@ def _retriever(store: ArtifactStore, blocks_ref: ArtifactRef, system: QASystem, 
     return RETRIEVERS[system.retrieval].build(blocks, config.top_k, sources)
 
 
-def _check_reader_length(config: FinetuneConfig) -> None:
+def _check_reader_length(config: SpanReaderConfig) -> None:
     if config.reader_length < config.min_reader_length:
         raise ConfigError(f"finetune.reader_length {config.reader_length} cannot hold a question of "
                           f"finetune.question_length {config.question_length} and one body wordpiece "
@@ -203,12 +197,15 @@ def _budget_stats(curves: FinetuneCurves, n_questions: int) -> dict[str, Any]:
             "dev_curve": [[r["step"], r["dev_em"]] for r in curves.steps if r["dev_em"] is not None]}
 
 
-def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: FinetuneConfig,
-                    progress: Progress | None = None) -> StageResult | None:
+def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_start: str, config: SpanReaderConfig,
+                    progress: Progress | None = None, force: bool = False) -> StageResult | None:
     """The span reader trained on each training question's gold passage (`finetune.gold_passage`,
     DPR's reader phase), checkpoint chosen by dev exact match on the dev questions' gold
-    passages. Independent of the systems' retrievers and of the corpus, so one artifact per
-    reader start serves every system. None when the phase has no steps."""
+    passages: the first phase of fine-tuning, a graph stage of its own for each reader start
+    (`gold_reader*`). Independent of the systems' retrievers and of the corpus, so one artifact
+    per reader start serves every system. Keyed by `config`, the span reader's part of the
+    finetune section, so the open phase's budget never moves it. None when the phase has no
+    steps."""
     from realm_core.bert import load_tokenizer
     from realm_core.distributed import Placement, resolve_device
     from realm_core.openqa.span_reader import SpanReader
@@ -219,10 +216,9 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     if budget.steps == 0:
         return None
     _check_reader_length(config)
-    section = {k: v for k, v in config.model_dump(mode="json").items() if k in GOLD_FIELDS}
     inputs = {"questions": questions_ref.content_hash, "reader": encoder_hash(reader_start),
               "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
-    cache = CachedStage(store, READER_KIND, section, inputs)
+    cache = CachedStage(store, READER_KIND, config, inputs, force)
     if cache.hit:
         return cache.hit
     tokenizer = load_tokenizer(reader_start)
@@ -238,8 +234,8 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     models = QAModels(reader, None)
     checkpoints = cache.checkpoints
     retriever = GoldPassage(blocks, 1)
-    # one process trains it (under torchrun, rank 0 while the others wait for the artifact), so
-    # a placement of its own: `finetune.device` and `finetune.precision`, no process group
+    # one process trains it (a graph stage: under torchrun rank 0, while the others wait for the
+    # artifact), so a placement of its own: `finetune.device` and `finetune.precision`
     placement = Placement(resolve_device(config.device), config.precision)
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, budget,
                           checkpoints, dev, progress, placement)
@@ -256,13 +252,28 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
     return cache.result()
 
 
+def gold_reader_of(store: ArtifactStore, gold_ref: ArtifactRef | None, reader_start: str) -> Artifact | None:
+    """The gold-paragraph reader artifact, checked to have been trained from `reader_start` (the
+    system's own reader start: the graph gives each system the gold stage of its start)."""
+    from realm_core.retrieval.stage import encoder_hash
+
+    if gold_ref is None:
+        return None
+    gold = store.open(gold_ref, kind=READER_KIND)
+    if gold.manifest["inputs"].get("reader") != encoder_hash(reader_start):
+        raise ConfigError(f"{gold.path}: this gold-paragraph reader was trained from another reader start than "
+                          f"{reader_start}")
+    return gold
+
+
 def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: ArtifactRef,
-                 system: QASystem, config: FinetuneConfig, progress: Progress | None = None,
-                 force: bool = False) -> StageResult:
-    """A system's fine-tuned reader and query encoder: from its reader start through the
-    gold-passage phase (cached, shared), then `config.steps` on its own top-k blocks."""
+                 system: QASystem, gold_ref: ArtifactRef | None, config: FinetuneConfig,
+                 progress: Progress | None = None, force: bool = False) -> StageResult:
+    """A system's fine-tuned reader and query encoder: from its gold-paragraph reader (`gold_ref`,
+    the first phase's artifact, shared by the systems of one reader start; None when that phase
+    has no steps: the reader start itself), `config.steps` on its own top-k blocks."""
     from realm_core.bert import load_tokenizer
-    from realm_core.distributed import Placement, rank_zero_artifact, rank_zero_first
+    from realm_core.distributed import Placement, rank_zero_artifact
     from realm_core.openqa.span_reader import SpanReader
     from realm_core.retrieval.encoders import RetrieverEncoder
 
@@ -272,9 +283,8 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
                           "it is evaluated as it is")
     _check_reader_length(config)
     placement = Placement.from_env(config.device, config.precision)
-    with rank_zero_first(placement):  # one process trains the shared gold-passage reader
-        gold = run_gold_reader(store, questions_ref, system.reader, config, progress)
-    reader_dir = f"{gold.ref.path}/reader" if gold is not None else system.reader
+    gold = gold_reader_of(store, gold_ref, system.reader)
+    reader_dir = f"{gold.path}/reader" if gold is not None else system.reader
     inputs = {"blocks": blocks_ref.content_hash, "questions": questions_ref.content_hash,
               **system.hashes(), "gold_reader": gold.ref.content_hash if gold is not None else "none",
               "code": code_version((__name__,), ("torch", "transformers", "bm25s"))}
@@ -295,7 +305,7 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     models = QAModels(reader, query_encoder)
     checkpoints = cache.checkpoints
     curves = train_reader(models, retriever, questions, blocks, tokenizer, config, config.budget(),
-                          checkpoints, dev, progress, placement)
+                          checkpoints, dev, progress, placement, query_learning_rate=config.query_rate())
     if not placement.is_main:
         return rank_zero_artifact(placement, cache)
     trained = [r for r in curves.steps if r["loss"] == r["loss"]]  # NaN: nothing to learn that step
@@ -304,12 +314,12 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
              "steps": config.steps, "steps_trained": len(trained),
              "with_gold": round(float(np.mean([r["with_gold"] for r in curves.steps])), 3) if curves.steps else None,
              "final_loss": round(float(np.mean([r["loss"] for r in tail])), 4) if tail else None,
-             "gold_passage": gold.stats if gold is not None else None,
+             "gold_passage": gold.manifest.get("stats") if gold is not None else None,
              "open": _budget_stats(curves, len(questions)),
              "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision}
     report = f"### fine-tuning {system.name} on {config.dataset}/{config.split}\n\n"
     if gold is not None:
-        report += gold.report + "\n\n"
+        report += gold.manifest.get("report", "") + "\n\n"
     report += "open-domain phase:\n\n" + _curve(curves.steps)
     with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")

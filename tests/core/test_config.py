@@ -141,3 +141,22 @@ def test_a_reader_too_short_for_its_query_or_a_block_is_refused_before_any_step(
     assert load_config("demo", overrides=["finetune.question_length=64", "finetune.reader_length=68"])
     assert load_config("demo", overrides=["masking.query_length=32"]).pretrain.reader_length == 351
     assert load_config("demo", overrides=["block_length=256"]).pretrain.doc_length == 256
+
+
+def test_the_gold_phase_is_keyed_by_the_span_readers_fields_only() -> None:
+    """The gold-paragraph stages hash `finetune.span_reader()`: the open phase's budget never
+    moves their key, a span reader field does, and a field added to FinetuneConfig must be
+    placed in one phase or the other here (a new field silently left out of the gold key was the
+    risk of a hand-kept field list)."""
+    from realm_core.config import FinetuneConfig, SpanReaderConfig
+
+    gold = load_config("tiny").finetune.span_reader().config_hash()
+    open_phase = load_config("tiny", overrides=["finetune.steps=99", "finetune.top_k=3",
+                                                "finetune.train_query_encoder=false"])
+    assert open_phase.finetune.span_reader().config_hash() == gold
+    assert open_phase.finetune.config_hash() != load_config("tiny").finetune.config_hash()
+    for change in ("finetune.max_span_length=7", "finetune.gold_passage.steps=5", "finetune.reader_length=200"):
+        assert load_config("tiny", overrides=[change]).finetune.span_reader().config_hash() != gold, change
+    assert set(FinetuneConfig.model_fields) - set(SpanReaderConfig.model_fields) == {
+        "reader_start", "top_k", "batch_size", "learning_rate", "query_learning_rate", "warmup_steps",
+        "eval_every", "patience", "steps", "train_query_encoder"}

@@ -95,7 +95,8 @@ def test_finetuning_learns_to_answer_and_trains_only_the_query_side(tiny_bert: s
     before = _answers(models, retriever, blocks, tok, config, temperature)
     vectors = retriever.vectors.clone() if isinstance(retriever, Dense) else None
     query_before = None if models.query_encoder is None else models.query_encoder.projection.weight.clone()
-    curves = train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path)
+    curves = train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path,
+                          query_learning_rate=config.query_rate())
     after = _answers(models, retriever, blocks, tok, config, temperature)
     losses = [r["loss"] for r in curves.steps if r["loss"] == r["loss"]]
     assert np.mean(losses[-5:]) < losses[0] / 1.8, [round(x, 2) for x in losses]
@@ -114,7 +115,8 @@ def test_killed_finetuning_resumes_to_the_same_parameters(tiny_bert: str, tmp_pa
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     config = _config(steps=6, checkpoint_every=2)
     models, retriever, blocks, tok = _setup(tiny_bert, "dense")
-    train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path / "straight")
+    train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path / "straight",
+                 query_learning_rate=config.query_rate())
     straight = {k: v.clone() for k, v in models.reader.state_dict().items()}
     straight_q = {k: v.clone() for k, v in models.query_encoder.state_dict().items()}
 
@@ -131,10 +133,12 @@ def test_killed_finetuning_resumes_to_the_same_parameters(tiny_bert: str, tmp_pa
     models, retriever, blocks, tok = _setup(tiny_bert, "dense")
     monkeypatch.setattr(ft, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path / "killed")
+        train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path / "killed",
+                     query_learning_rate=config.query_rate())
     monkeypatch.setattr(ft, "save_checkpoint", real_save)
     models, retriever, blocks, tok = _setup(tiny_bert, "dense")  # a fresh process's models
-    curves = train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path / "killed")
+    curves = train_reader(models, retriever, QUESTIONS, blocks, tok, config, config.budget(), tmp_path / "killed",
+                          query_learning_rate=config.query_rate())
     assert [r["step"] for r in curves.steps] == [1, 2, 3, 4, 5, 6]
     for k, v in models.reader.state_dict().items():
         assert torch.allclose(v, straight[k], atol=1e-6), k
@@ -297,7 +301,8 @@ def test_a_reader_length_that_cannot_hold_question_and_body_is_refused_before_an
     config = _config(reader_length=32, question_length=30)
     dummy = ArtifactRef("blocks", str(tmp_path / "none"), "0" * 64)
     with pytest.raises(ConfigError, match=r"reader_length 32 cannot hold a question of .* 30"):
-        run_finetune(store, dummy, dummy, QASystem("bm25", "BM25 + reader", "bm25", "unused"), config)  # type: ignore[arg-type]
+        run_finetune(store, dummy, dummy, QASystem("bm25", "BM25 + reader", "bm25", "unused"), None,  # type: ignore[arg-type]
+                     config)
 
 
 def test_answers_longer_than_the_span_limit_are_counted_not_a_crash(tiny_bert: str, tmp_path: Path) -> None:

@@ -155,6 +155,19 @@ def test_finetune_and_evaluate_open_qa_from_the_command_line(tiny_upstream: Tiny
     r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", cwd=tmp_path)
     assert r.returncode == 0 and "(cached)" in r.stdout, r.stdout
     _search_and_ask(root, tmp_path)
+    # the gold-paragraph phase is a stage of its own: listed, and recomputed alone with --force
+    # (after the query side: forcing it moves the key of every system fine-tuned from it)
+    r = realm("stages", "--preset", "tiny", cwd=tmp_path)
+    assert "gold_reader" in r.stdout and "gold_reader_realm" in r.stdout, r.stdout
+    gold_dir = one_artifact(tmp_path / "art", "qa_reader")
+    before = json.loads((gold_dir / "manifest.json").read_text())["created_at"]
+    r = realm("finetune", "--preset", "tiny", "--root", root, "--system", "bm25", "--phase", "gold", "--force",
+              cwd=tmp_path)
+    assert r.returncode == 0 and "gold-paragraph reader, from the baseline reader" in r.stdout, r.stdout
+    assert "fine-tuned BM25" not in r.stdout  # the open phase was not asked for
+    assert json.loads((gold_dir / "manifest.json").read_text())["created_at"] != before
+    r = realm("finetune", "--preset", "tiny", "--root", root, "--phase", "third", cwd=tmp_path)
+    assert r.returncode == 2 and "--phase third: expected gold, open or both" in r.stderr
     r = realm("evaluate", "--preset", "tiny", "--root", root, "--system", "t5", cwd=tmp_path)
     assert r.returncode == 2 and "expected one of none, bm25, ict, realm" in r.stderr
 
