@@ -16,7 +16,32 @@ from realm_core.stage_config import (
 )
 
 
-class ICTConfig(StageConfig):
+class OptimizerSettings(StageConfig):
+    """What every stage that trains shares: AdamW's weight decay and clipping, dropout, logging,
+    the seed and where it runs. A trainer's own rate, steps and checkpoints: `TrainerConfig`."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
+
+    weight_decay: float = Field(0.01, ge=0, description="AdamW's, never on biases and LayerNorm weights")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradients clipped to this norm")
+    dropout: float = Field(0.1, ge=0, lt=1, description="BERT hidden+attention dropout while training")
+    log_every: int = Field(10, ge=1, description="steps between progress lines")
+    seed: int = Field(0, description="batches, masks and dropout are functions of (seed, step)")
+    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
+
+
+class TrainerConfig(OptimizerSettings):
+    """A training stage's own run: its peak rate with linear warm-up and decay, its steps, and
+    how often it checkpoints (a killed run resumes from the newest checkpoint)."""
+
+    learning_rate: float = Field(1e-4, gt=0, description="peak rate")
+    warmup_steps: int = Field(0, ge=0)
+    steps: int = Field(100_000, ge=1)
+    checkpoint_every: int = Field(50, ge=1, description="steps between resumable checkpoints")
+
+
+class ICTConfig(TrainerConfig):
     """Inverse Cloze Task warm start of the retriever (ORQA; REALM §3.4)."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "micro_batch", "device"})
@@ -31,24 +56,13 @@ class ICTConfig(StageConfig):
         "examples a forward/backward holds at once (0: the whole batch); below the batch size, "
         "memory follows the micro-batch at the cost of a second forward (GradCache), with the "
         "whole batch's loss and gradients"))
-    learning_rate: float = Field(1e-4, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1, description="BERT hidden+attention dropout while training")
-    steps: int = Field(100_000, ge=1)
     keep_sentence_prob: float = Field(0.1, ge=0, le=1, description="ORQA: keep the query in 10%")
     min_sentence_chars: int = Field(20, ge=1, description="shorter sentences are not used as queries")
     query_length: int = Field(64, ge=8)
     block_length: int = Field(288, ge=16)
-    checkpoint_every: int = Field(50, ge=1, description="steps between resumable checkpoints")
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
 
-class RetroMAEConfig(StageConfig):
+class RetroMAEConfig(TrainerConfig):
     """RetroMAE warm start (Xiao et al. 2022): masked auto-encoding through a [CLS] bottleneck."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
@@ -63,17 +77,6 @@ class RetroMAEConfig(StageConfig):
                                     "false: one masked stream (the ablation)")
     batch_size: int = Field(256, ge=1)
     block_length: int = Field(288, ge=16)
-    learning_rate: float = Field(1e-4, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1)
-    steps: int = Field(100_000, ge=1)
-    checkpoint_every: int = Field(50, ge=1)
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
 
 class ReaderMlmConfig(StageConfig):
@@ -95,7 +98,7 @@ class ReaderMlmConfig(StageConfig):
     seed: int = 0
 
 
-class PretrainConfig(StageConfig):
+class PretrainConfig(TrainerConfig):
     """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
@@ -131,9 +134,6 @@ class PretrainConfig(StageConfig):
         0, ge=0, description="first steps with no gradient into either encoder (Atlas: "
         "--freeze_retriever_steps), while the reader learns to read what the warm-started retriever "
         "returns; the encoders train from then on at retriever_lr_scale, and the index is refreshed")
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1)
     steps: int = Field(200_000, ge=1)
     warmup_steps: int = Field(10_000, ge=0)
     refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")
@@ -146,10 +146,6 @@ class PretrainConfig(StageConfig):
     eval_every: int = Field(1000, ge=1)
     eval_examples: int = Field(256, ge=1)
     checkpoint_every: int = Field(1000, ge=1)
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
 
 class ReaderBudget(StageConfig):
@@ -169,7 +165,7 @@ class ReaderBudget(StageConfig):
     seed: int = 0
 
 
-class SpanReaderConfig(StageConfig):
+class SpanReaderConfig(OptimizerSettings):
     """The span reader and its first training phase, on each training question's gold passage
     (`gold_passage`, DPR's reader phase): every field the gold-paragraph stages read, and only
     those, so their cache key holds exactly what they depend on. `FinetuneConfig` adds the
@@ -192,14 +188,7 @@ class SpanReaderConfig(StageConfig):
     question_length: int = Field(64, ge=8)
     max_span_length: int = Field(20, ge=1, description="answer spans up to this many wordpieces (how many "
                                  "answers each limit holds: experiments/answer_lengths.py)")
-    weight_decay: float = Field(0.01, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    dropout: float = Field(0.1, ge=0, lt=1)
     checkpoint_every: int = Field(100, ge=1)
-    log_every: int = Field(10, ge=1)
-    seed: int = 0
-    device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
 
     @property
     def min_reader_length(self) -> int:
