@@ -86,7 +86,7 @@ QUESTIONS = TableSchema("questions", 2, pa.schema([
     ("context", pa.string()),      # SQuAD: the gold paragraph (the reader's ceiling); else null
 ]))
 
-PRETRAIN_METRICS = TableSchema("pretrain_metrics", 2, pa.schema([
+PRETRAIN_METRICS = TableSchema("pretrain_metrics", 3, pa.schema([
     ("step", pa.int64()),
     ("loss", pa.float64()),              # -log p(y|x), mean over the batch
     ("span_accuracy", pa.float64()),     # masked spans predicted exactly (marginal argmax)
@@ -99,6 +99,7 @@ PRETRAIN_METRICS = TableSchema("pretrain_metrics", 2, pa.schema([
     ("staleness", pa.int64()),           # retriever steps since that index was built
     ("steps_per_s", pa.float64()),
     ("blocked_s", pa.float64()),         # cumulative seconds the loop waited on the index
+    ("retriever_trained", pa.float64()), # 1: the step's update reached the encoders
 ]))
 
 PRETRAIN_EVAL = TableSchema("pretrain_eval", 2, pa.schema([

@@ -213,6 +213,36 @@ def utility_below_zero(steps: list[dict[str, float]], window: int) -> tuple[int,
     return best
 
 
+def retriever_trained(row: dict[str, float], frozen_steps: int) -> bool:
+    """Whether the encoders had a gradient at the step `row` logs (rows written before the
+    `retriever_trained` column: every step past the frozen first phase)."""
+    return bool(row.get("retriever_trained", float(row["step"] > frozen_steps)))
+
+
+def retriever_learns_at(step: int, history: list[dict[str, float]], config: PretrainConfig) -> bool:
+    """Whether the encoders get a gradient at `step` (0-based), given the rows of the steps
+    before it: never under `freeze_retriever`, not in the frozen first phase, and, with
+    `retriever_unfreeze_utility`, not until the mean retrieval utility of the last
+    `utility_window` steps is above it; once they have trained they keep training. A function
+    of the logged rows only, so a resumed run (and every rank) decides as the first did."""
+    if config.freeze_retriever or step < config.retriever_frozen_steps:
+        return False
+    if config.retriever_unfreeze_utility is None or (history and retriever_trained(history[-1], config.retriever_frozen_steps)):
+        return True
+    recent = history[-config.utility_window:]
+    if len(recent) < config.utility_window:
+        return False
+    return float(np.mean([r.get("retrieval_utility", 0.0) for r in recent])) > config.retriever_unfreeze_utility
+
+
+def first_trained_step(history: list[dict[str, float]], frozen_steps: int) -> int | None:
+    """The 0-based step at which the encoders first had a gradient, or None."""
+    for row in history:
+        if retriever_trained(row, frozen_steps):
+            return int(row["step"]) - 1
+    return None
+
+
 EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
 
 
@@ -291,10 +321,14 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     progress.start("REALM pretraining", config.steps, "steps")
     progress.advance(start)
     t_last = time.perf_counter()
+    unfrozen_at = first_trained_step(curves.steps, config.retriever_frozen_steps)
     for step in range(start, config.steps):
         # the cold start (Atlas: --freeze_retriever_steps): the reader learns to read retrieved
-        # blocks before the retriever's gradient, p(z|x)'s share of log p(y|x), carries signal
-        retriever_learns = step >= config.retriever_frozen_steps
+        # blocks before the retriever's gradient, p(z|x)'s share of log p(y|x), carries signal;
+        # with retriever_unfreeze_utility, until retrieved blocks help it on average
+        retriever_learns = retrieving and retriever_learns_at(step, curves.steps, config)
+        if retriever_learns and unfrozen_at is None:
+            unfrozen_at = step
         # refresh_index: swap in a finished refresh, start the next one on schedule (none while
         # the encoders are frozen: they are what the index was built with); every rank switches
         # to the version rank 0 announces, at the same step
@@ -302,7 +336,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         if refresher is not None:
             if (fresh := refresher.poll()) is not None:
                 index, wanted = fresh, fresh.step
-            if step > config.retriever_frozen_steps and step % config.refresh_every == 0:
+            if unfrozen_at is not None and step > unfrozen_at and step % config.refresh_every == 0:
                 refresher.submit(models.query_encoder, models.doc_encoder, base_step + step)
                 if refresher.sync and (fresh := refresher.poll()) is not None:
                     index, wanted = fresh, fresh.step
@@ -344,6 +378,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         row = {"step": float(done), "loss": loss_sum / len(picks), "learning_rate": lr,
                **{k: v / len(picks) for k, v in zip(totals, summed, strict=True)},
                "index_step": float(index_step), "staleness": float(base_step + done - index_step),
+               "retriever_trained": float(retriever_learns),
                "steps_per_s": 1.0 / max(now - t_last, 1e-9),
                "blocked_s": refresher.blocked_seconds if refresher else 0.0}
         t_last = now

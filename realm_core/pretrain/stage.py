@@ -38,7 +38,14 @@ from realm_core.pretrain.heldout import (
     split_heldout,
     title_body_wordpieces,
 )
-from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm, utility_below_zero
+from realm_core.pretrain.loop import (
+    PretrainData,
+    RealmModels,
+    first_trained_step,
+    retriever_trained,
+    train_realm,
+    utility_below_zero,
+)
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.progress import NoProgress, Progress
@@ -50,7 +57,8 @@ from realm_core.spans.mining import open_mined
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
-STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "staleness")
+STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "staleness",
+                "retriever_trained")
 EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
 
 
@@ -221,8 +229,9 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     tail = curves.steps[-min(20, len(curves.steps)):]
     # watched once the encoders train: a frozen first phase cannot collapse, its reader is still learning
     window = max(10, min(100, config.steps // 10))
-    trained = curves.steps[config.retriever_frozen_steps:] if not config.freeze_retriever else []
+    trained = [r for r in curves.steps if retriever_trained(r, config.retriever_frozen_steps)]
     collapse = utility_below_zero(trained, window) if retrieving else None
+    unfrozen = first_trained_step(curves.steps, config.retriever_frozen_steps) if retrieving else None
     stats = {
         "steps": config.steps, "retrieval": config.retrieval, "masking": masking.strategy,
         "train_examples": len(train), "heldout_examples": len(heldout),
@@ -235,6 +244,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "heldout_answer_retrieved": round(final_eval["answer_retrieved"], 4),
         "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
         "utility_below_zero_steps": list(collapse) if collapse else None,
+        # the first step (1-based) whose update reached the encoders; None: they never trained
+        "retriever_trained_from_step": unfrozen + 1 if unfrozen is not None else None,
         "wall_seconds": round(wall, 1),
         "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
         "refreshes_skipped": refresher.skipped if refresher else 0,

@@ -10,9 +10,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from realm_core.config import PretrainConfig
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import is_heldout
-from realm_core.pretrain.loop import utility_below_zero
+from realm_core.pretrain.loop import first_trained_step, retriever_learns_at, utility_below_zero
 from realm_core.pretrain.mechanism import (
     CITIES,
     fact_examples,
@@ -121,3 +122,29 @@ def test_utility_below_zero_finds_the_longest_sustained_stretch() -> None:
     dip = [{"step": float(i + 1), "retrieval_utility": -0.2 if i == 5 else 0.3} for i in range(20)]
     assert utility_below_zero(dip, 4) is None
     assert json.dumps(utility_below_zero(steps, 4))
+
+
+def test_the_unfreeze_gate_waits_for_retrieval_to_help_and_then_stays_open() -> None:
+    """`pretrain.retriever_unfreeze_utility`: past the frozen steps, the encoders train only once
+    the last `utility_window` steps' mean utility is above the threshold, and from then on
+    whatever the utility does; decided from the logged rows alone (a resumed run agrees)."""
+    cfg = PretrainConfig(retriever_frozen_steps=2, retriever_unfreeze_utility=0.0, utility_window=3)
+
+    def rows(values: list[float], trained_from: int | None = None) -> list[dict[str, float]]:
+        return [{"step": float(i + 1), "retrieval_utility": v,
+                 "retriever_trained": float(trained_from is not None and i >= trained_from)}
+                for i, v in enumerate(values)]
+
+    assert not retriever_learns_at(1, rows([1.0]), cfg)                     # frozen first phase
+    assert not retriever_learns_at(2, rows([1.0, 1.0]), cfg)               # not a whole window yet
+    assert not retriever_learns_at(5, rows([1.0, 1.0, -0.5, 0.2, 0.2]), cfg)  # mean of the last 3 below 0
+    assert retriever_learns_at(5, rows([-1.0, -1.0, 0.1, 0.2, -0.1]), cfg)
+    # open once, it stays open when the utility falls again
+    assert retriever_learns_at(7, rows([-1.0, -1.0, 0.1, 0.2, -0.1, -2.0, -2.0], trained_from=5), cfg)
+    assert first_trained_step(rows([0.0] * 7, trained_from=5), 2) == 5
+    assert first_trained_step(rows([0.0] * 7), 2) is None
+    # without the gate: from the frozen steps on; under freeze_retriever: never
+    assert retriever_learns_at(2, [], PretrainConfig(retriever_frozen_steps=2))
+    assert not retriever_learns_at(9, rows([1.0] * 9), cfg.model_copy(update={"freeze_retriever": True}))
+    # rows written before the column: trained past the frozen steps
+    assert first_trained_step([{"step": float(i + 1)} for i in range(5)], 2) == 2
