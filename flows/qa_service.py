@@ -43,13 +43,13 @@ from realm_core.errors import (
     MissingIndexError,
     RealmError,
 )
-from realm_core.query import QueryEngine
+from realm_core.query import Answerer
 
 PAGE = Path(__file__).with_name("qa_page.html")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def create_app(engine: QueryEngine, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False) -> FastAPI:
+def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False) -> FastAPI:
     """The service over `engine`; `hosts` the Host header names it answers to."""
     app = FastAPI(title="realm", description="search and ask over the current REALM artifacts",
                   docs_url="/docs" if api_docs else None, redoc_url="/redoc" if api_docs else None,
@@ -90,7 +90,7 @@ def create_app(engine: QueryEngine, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, 
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
-        base = {"artifact_root": str(engine.stages.store.root), "preset": engine.cfg.preset,
+        base = {**engine.describe(),
                 "uptime_s": round(time.time() - started, 1)}
         try:
             with lock:
@@ -105,7 +105,7 @@ def create_app(engine: QueryEngine, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, 
     def search(q: str = "", k: int = Query(10), retriever: str = "index") -> dict[str, Any]:
         with lock:
             hits = engine.search([q], retriever, k)[0]
-            version = engine.current_index().step if retriever == "index" else None
+            version = engine.index_version(retriever)
         return {"query": q, "retriever": retriever, "k": k, "index_version": version,
                 "hits": [asdict(h) for h in hits]}
 

@@ -13,6 +13,8 @@ export PREFECT_HOME=${REALM_WORK_DIR:-$PWD/work}/prefect-server
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_API_URL=http://127.0.0.1:$port/api
 mkdir -p "$PREFECT_HOME"
+# where the nightly grow-knowledge deployment reads documents from (flows/knowledge.py)
+mkdir -p "${REALM_WORK_DIR:-$PWD/work}/documents"
 
 # A process counts as running unless it is gone or a zombie (nothing may reap it here).
 running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]; }

@@ -20,11 +20,22 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactRef
 from realm_core.cache import existing_artifacts_only
-from realm_core.config import QA_SYSTEM_KEYS
+from realm_core.config import QA_SYSTEM_KEYS, PipelineConfig
 from realm_core.errors import MissingArtifactError, QueryError
-from realm_core.graph import Hook, Resolver, Stage, StageInputs, StageRun, qa_keys, qa_system, stage
+from realm_core.graph import (
+    GOLD_STAGES,
+    Hook,
+    Resolver,
+    Stage,
+    StageInputs,
+    StageRun,
+    qa_keys,
+    qa_system,
+    stage,
+)
 from realm_core.openqa.finetune import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
+from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, KnowledgeVersion
 from realm_core.retrieval.retrievers import RETRIEVERS, CurrentIndex, Retriever, Sources
 
 # what `realm search --retriever NAME` searches with: a retriever of the registry, and the
@@ -88,13 +99,74 @@ def existing_only(hook: Hook) -> Hook:
     return run
 
 
-class QueryEngine:
-    def __init__(self, stages: Resolver) -> None:
-        stages = Resolver(stages.cfg, stages.store, existing_only(stages.hook), progress=stages.progress)
-        self.stages, self.cfg = stages, stages.cfg
+@dataclass
+class LoadedSystem:
+    """An askable system, loaded: its reader (and query encoder), its retriever over the blocks,
+    the marginal form and retrieval temperature it answers in, and its name."""
+
+    models: Any
+    retriever: Retriever
+    form: str
+    temperature: float | None
+    name: str
+
+
+class Answerer:
+    """The query side over a knowledge corpus: search it with a named searcher, ask a system.
+    Subclasses say where the blocks, the searchers and the systems come from: `QueryEngine` (an
+    artifact store, through the stage graph) and `BundleEngine` (an exported system,
+    realm_core/system_bundle.py). Loaded models are kept for the next query."""
+
+    searchers: dict[str, tuple[str, str | None]] = SEARCHERS
+
+    def __init__(self, cfg: PipelineConfig, corpus: KnowledgeCorpus | None) -> None:
+        self.cfg = cfg
         self._blocks: BlockStore | None = None
         self._loaded: dict[str, Any] = {}
-        self._evaluations: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {}
+        self._corpus = corpus
+        self._knowledge: KnowledgeVersion | None = None
+
+    # --- where things come from (each engine its own) ---
+
+    def _tokenizer_source(self) -> str:
+        raise NotImplementedError
+
+    def _corpus_blocks(self) -> BlockStore:
+        """The blocks answered from when there is no knowledge corpus."""
+        raise NotImplementedError
+
+    def _retriever(self, kind: str, system_key: str | None, top_k: int | None = None,
+                   query_encoder_dir: str | None = None) -> Retriever:
+        raise NotImplementedError
+
+    def _load_system(self, key: str) -> LoadedSystem:
+        raise NotImplementedError
+
+    def default_system(self) -> tuple[str, str]:
+        """(system key, why it is the default)."""
+        raise NotImplementedError
+
+    def health(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """What this engine serves, for the service's /healthz."""
+        raise NotImplementedError
+
+    def index_version(self, retriever: str) -> int | None:
+        """The index version a search by `retriever` used, where it has one."""
+        return None
+
+    def knowledge(self) -> KnowledgeVersion | None:
+        """The current version of the knowledge corpus (`realm add`), or None when the blocks
+        answered from are the pretraining corpus's. When its pointer has moved on, what was built
+        on the old blocks (the blocks, searchers, systems' retrievers) is dropped and built again."""
+        number = self._corpus.current_number() if self._corpus is not None else None
+        if number != (self._knowledge.number if self._knowledge is not None else None):
+            self._knowledge = self._corpus.version(number) if self._corpus is not None and number else None
+            self._blocks = None
+            self._loaded = {k: v for k, v in self._loaded.items() if k == "tokenizer"}
+        return self._knowledge
 
     @property
     def tokenizer(self) -> Any:
@@ -103,20 +175,115 @@ class QueryEngine:
         if "tokenizer" not in self._loaded:
             # its own copy: a fast tokenizer's truncation state changes with each call, and the
             # cached shared one may be in use by other work in this process (a refresh, training)
-            self._loaded["tokenizer"] = copy.deepcopy(load_tokenizer(self.cfg.pretrain.reader_encoder))
+            self._loaded["tokenizer"] = copy.deepcopy(load_tokenizer(self._tokenizer_source()))
         return self._loaded["tokenizer"]
 
     @property
     def blocks(self) -> BlockStore:
+        """The blocks answered from: the knowledge corpus's current version (indexed by stable
+        block id; "" where an id has no live block), or the pretraining corpus's."""
+        knowledge = self.knowledge()
         if self._blocks is None:
-            table = self.stages.store.open(self.stages.ref("chunk"), kind="blocks").read_table("blocks", ["title", "text"])
-            self._blocks = BlockStore(table.column("title").to_pylist(), table.column("text").to_pylist(),
-                                      self.tokenizer)
+            if knowledge is not None:
+                self._blocks = BlockStore(knowledge.dense("title"), knowledge.dense("text"), self.tokenizer)
+            else:
+                self._blocks = self._corpus_blocks()
         return self._blocks
+
+    @property
+    def max_k(self) -> int:
+        """The most blocks a search returns: `query.max_k`, or every block of a smaller corpus."""
+        knowledge = self.knowledge()
+        return min(self.cfg.query.max_k, len(knowledge.block_ids) if knowledge is not None else len(self.blocks))
+
+    def loaded_models(self) -> list[str]:
+        """What is loaded so far: searchers (`search:NAME`) and askable systems."""
+        return [k for k in self._loaded if k != "tokenizer"]
+
+    def searcher(self, name: str) -> Retriever:
+        """Searcher `name`, loaded once and loaded again when stale (the current index after
+        `index/CURRENT` has moved on: a new object replaces the old one, so a search holding the
+        old one finishes on it)."""
+        if name not in self.searchers:
+            raise QueryError(f"retriever {name!r}: expected one of {', '.join(self.searchers)}")
+        self.knowledge()  # a new knowledge version drops every searcher built on the old blocks
+        loaded: Retriever | None = self._loaded.get(f"search:{name}")
+        if loaded is None or loaded.stale():
+            kind, system_key = self.searchers[name]
+            loaded = self._retriever(kind, system_key)
+            self._loaded[f"search:{name}"] = loaded
+        return loaded
+
+    def search(self, queries: list[str], retriever: str = "index", k: int = 10) -> list[list[Hit]]:
+        """The top-k blocks of each query, best first, with the retriever's own scores."""
+        if not 1 <= k <= self.cfg.query.max_k:
+            raise QueryError(f"k={k}: expected 1 to query.max_k={self.cfg.query.max_k}")
+        texts = [check_query(q, self.cfg.query.max_query_chars) for q in queries]
+        searcher = self.searcher(retriever)
+        proposal = searcher.propose([QAQuestion(str(i), t, ()) for i, t in enumerate(texts)])
+        snippet = self.cfg.query.snippet_chars
+        out = []
+        for ids, scores in zip(proposal.ids[:, :k], proposal.scores[:, :k], strict=True):
+            out.append([Hit(r + 1, int(z), float(s), self.blocks.titles[int(z)], self.blocks.texts[int(z)][:snippet])
+                        for r, (z, s) in enumerate(zip(ids, scores, strict=True)) if z >= 0])
+        return out
+
+    def _system(self, key: str) -> LoadedSystem:
+        """System `key`, loaded once (again after a new knowledge version)."""
+        self.knowledge()  # a new knowledge version drops the retrievers built on the old blocks
+        if key not in self._loaded:
+            self._loaded[key] = self._load_system(key)
+        loaded: LoadedSystem = self._loaded[key]
+        return loaded
+
+    def ask(self, questions: list[str], system: str) -> list[Answer]:
+        """Each question's answer by `system`'s fine-tuned reader over its top-k blocks."""
+        texts = [check_query(q, self.cfg.query.max_query_chars, "question") for q in questions]
+        loaded = self._system(system)
+        config = self.cfg.finetune.model_copy(update={"form": loaded.form})
+        qs = [QAQuestion(str(i), t, ()) for i, t in enumerate(texts)]
+        preds: list[Prediction] = predict(loaded.models, loaded.retriever, qs, self.blocks, self.tokenizer, config,
+                                          self.cfg.openqa_eval.answer_candidates, self.cfg.openqa_eval.batch_size,
+                                          temperatures=(loaded.temperature,))[loaded.temperature]
+        out = []
+        for text, p in zip(texts, preds, strict=True):
+            z = p.block
+            out.append(Answer(text, loaded.name, p.answer, p.score if math.isfinite(p.score) else 0.0, z,
+                              self.blocks.titles[z] if z is not None else None, p.char_start, p.char_end,
+                              self.blocks.texts[z] if z is not None else None, p.block_ids,
+                              [{"answer": a, "probability": s} for a, s in p.candidates]))
+        return out
+
+
+class QueryEngine(Answerer):
+    """The query side of an artifact store: the blocks, searchers and systems the pipeline
+    produced for this config, resolved through the stage graph and never computed."""
+
+    def __init__(self, stages: Resolver) -> None:
+        stages = Resolver(stages.cfg, stages.store, existing_only(stages.hook), progress=stages.progress)
+        super().__init__(stages.cfg, KnowledgeCorpus.of_store(stages.store) if stages.store.local else None)
+        self.stages = stages
+        self._evaluations: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {}
+
+    def _tokenizer_source(self) -> str:
+        return str(self.cfg.pretrain.reader_encoder)
+
+    def _corpus_blocks(self) -> BlockStore:
+        table = self.stages.store.open(self.stages.ref("chunk"), kind="blocks").read_table("blocks", ["title", "text"])
+        return BlockStore(table.column("title").to_pylist(), table.column("text").to_pylist(), self.tokenizer)
+
+    def describe(self) -> dict[str, Any]:
+        return {"artifact_root": str(self.stages.store.root), "preset": self.cfg.preset}
+
+    def index_version(self, retriever: str) -> int | None:
+        return self.current_index().step if self.searchers.get(retriever, ("", None))[0] == "index" else None
 
     def _refs(self, key: str) -> dict[str, ArtifactRef | None]:
         """The refs system `key` is built from: its fine-tuning stage's upstream in the graph."""
-        needs = [u for u in stage(f"finetune_{key}").upstream(self.cfg) if u not in ("chunk", "questions")]
+        # what defines the system (its encoders, its reader start), not its training: no questions
+        # or gold-paragraph reader (the fine-tuned model, resolved apart, needs those)
+        needs = [u for u in stage(f"finetune_{key}").upstream(self.cfg)
+                 if u not in ("chunk", "questions", *GOLD_STAGES.values())]
         return {n: self.stages.run(n).ref for n in needs}
 
     def _retriever(self, kind: str, system_key: str | None, top_k: int | None = None,
@@ -127,7 +294,7 @@ class QueryEngine:
         from realm_core.retrieval.encoders import RetrieverEncoder
 
         sources = Sources(self.stages.store, question_length=self.cfg.finetune.question_length,
-                          tokenizer=self.tokenizer)
+                          tokenizer=self.tokenizer, knowledge=self.knowledge())
         if system_key is not None:
             system = qa_system(self.cfg, self._refs(system_key), system_key)
             sources.blocks_ref, sources.doc_embed = self.stages.ref("chunk"), system.doc_embed
@@ -154,18 +321,13 @@ class QueryEngine:
         store = self.stages.store
         arts = [index.artifact, *(store.open(r.ref) for r in self.stages.runs.values() if r.ref is not None)]
         checked = sum(a.verify(store.verify) for a in arts)
+        knowledge = self.knowledge()
+        if knowledge is not None:
+            checked += knowledge.verify()
         return {"index_version": index.step, "index_blocks": len(index.index), "index_encoder": index.encoder_dir,
-                "loaded": sorted(self.loaded_models()), "artifacts_checked": len(arts),
+                "knowledge_version": knowledge.number if knowledge is not None else None,
+                "loaded": sorted(self.loaded_models()), "artifacts_checked": len(arts) + (knowledge is not None),
                 "bytes_checked": checked, "verify": store.verify}
-
-    @property
-    def max_k(self) -> int:
-        """The most blocks a search returns: `query.max_k`, or every block of a smaller corpus."""
-        return min(self.cfg.query.max_k, len(self.blocks))
-
-    def loaded_models(self) -> list[str]:
-        """What is loaded so far: searchers (`search:NAME`) and askable systems."""
-        return [k for k in self._loaded if k != "tokenizer"]
 
     def current_index(self) -> CurrentIndex:
         """The current index version, reloaded when `index/CURRENT` has moved on (a
@@ -173,33 +335,6 @@ class QueryEngine:
         index = self.searcher("index")
         assert isinstance(index, CurrentIndex)
         return index
-
-    def searcher(self, name: str) -> Retriever:
-        """Searcher `name` of SEARCHERS, loaded once and loaded again when stale (the current
-        index after `index/CURRENT` has moved on: a new object replaces the old one, so a search
-        holding the old one finishes on it)."""
-        if name not in SEARCHERS:
-            raise QueryError(f"retriever {name!r}: expected one of {', '.join(SEARCHERS)}")
-        loaded: Retriever | None = self._loaded.get(f"search:{name}")
-        if loaded is None or loaded.stale():
-            kind, system_key = SEARCHERS[name]
-            loaded = self._retriever(kind, system_key)
-            self._loaded[f"search:{name}"] = loaded
-        return loaded
-
-    def search(self, queries: list[str], retriever: str = "index", k: int = 10) -> list[list[Hit]]:
-        """The top-k blocks of each query, best first, with the retriever's own scores."""
-        if not 1 <= k <= self.cfg.query.max_k:
-            raise QueryError(f"k={k}: expected 1 to query.max_k={self.cfg.query.max_k}")
-        texts = [check_query(q, self.cfg.query.max_query_chars) for q in queries]
-        searcher = self.searcher(retriever)
-        proposal = searcher.propose([QAQuestion(str(i), t, ()) for i, t in enumerate(texts)])
-        snippet = self.cfg.query.snippet_chars
-        out = []
-        for ids, scores in zip(proposal.ids[:, :k], proposal.scores[:, :k], strict=True):
-            out.append([Hit(r + 1, int(z), float(s), self.blocks.titles[int(z)], self.blocks.texts[int(z)][:snippet])
-                        for r, (z, s) in enumerate(zip(ids, scores, strict=True)) if z >= 0])
-        return out
 
     def default_system(self) -> tuple[str, str]:
         """(system key, why): the best system by SQuAD-open dev EM in the newest evaluation, or
@@ -236,44 +371,27 @@ class QueryEngine:
         created, path, temperatures = max(current.values())
         return {"path": path, "temperatures": temperatures}
 
-    def _system(self, key: str) -> tuple[Any, Retriever, str, float | None]:
-        """(models, retriever, form, temperature) of system `key`'s fine-tuned reader."""
+    def _newest_evaluation_artifact(self) -> Any:
+        """The newest open-QA evaluation artifact in the store (its results), or None."""
+        newest = self._newest_evaluation()
+        return self.stages.store.open(newest["path"]) if newest is not None else None
+
+    def _load_system(self, key: str) -> LoadedSystem:
+        """System `key`'s fine-tuned reader and retriever, in the form and retrieval temperature
+        the newest evaluation fit on dev (else the training ones)."""
         from realm_core.openqa.finetune import QAModels
         from realm_core.openqa.span_reader import SpanReader
 
-        if key not in self._loaded:
-            if key not in ASKABLE:
-                raise QueryError(f"system {key!r}: expected one of {', '.join(ASKABLE)}")
-            system = qa_system(self.cfg, self._refs(key), key)
-            model = self.stages.ref(f"finetune_{key}")
-            reader = SpanReader.from_pretrained(f"{model.path}/reader", self.cfg.finetune.max_span_length)
-            trained = f"{model.path}/query_encoder" if RETRIEVERS[system.retrieval].needs_query_encoder else None
-            retriever = self._retriever(system.retrieval, key, min(self.cfg.finetune.top_k, len(self.blocks)),
-                                        trained)
-            form, temperature = self.cfg.finetune.form, self.cfg.finetune.train_temperature(retriever.name)
-            newest = self._newest_evaluation()
-            if newest is not None and (fit := newest["temperatures"].get(system.name)) is not None:
-                form, temperature = fit["form"], fit["temperature"]
-            self._loaded[key] = (QAModels(reader, getattr(retriever, "query_encoder", None)), retriever, form,
-                                 temperature, system.name)
-        models, retriever, form, temperature, _ = self._loaded[key]
-        return models, retriever, form, temperature
-
-    def ask(self, questions: list[str], system: str) -> list[Answer]:
-        """Each question's answer by `system`'s fine-tuned reader over its top-k blocks."""
-        texts = [check_query(q, self.cfg.query.max_query_chars, "question") for q in questions]
-        models, retriever, form, temperature = self._system(system)
-        config = self.cfg.finetune.model_copy(update={"form": form})
-        qs = [QAQuestion(str(i), t, ()) for i, t in enumerate(texts)]
-        preds: list[Prediction] = predict(models, retriever, qs, self.blocks, self.tokenizer, config,
-                                          self.cfg.openqa_eval.answer_candidates, self.cfg.openqa_eval.batch_size,
-                                          temperatures=(temperature,))[temperature]
-        name = self._loaded[system][4]
-        out = []
-        for text, p in zip(texts, preds, strict=True):
-            z = p.block
-            out.append(Answer(text, name, p.answer, p.score if math.isfinite(p.score) else 0.0, z,
-                              self.blocks.titles[z] if z is not None else None, p.char_start, p.char_end,
-                              self.blocks.texts[z] if z is not None else None, p.block_ids,
-                              [{"answer": a, "probability": s} for a, s in p.candidates]))
-        return out
+        if key not in ASKABLE:
+            raise QueryError(f"system {key!r}: expected one of {', '.join(ASKABLE)}")
+        system = qa_system(self.cfg, self._refs(key), key)
+        model = self.stages.ref(f"finetune_{key}")
+        reader = SpanReader.from_pretrained(f"{model.path}/reader", self.cfg.finetune.max_span_length)
+        trained = f"{model.path}/query_encoder" if RETRIEVERS[system.retrieval].needs_query_encoder else None
+        retriever = self._retriever(system.retrieval, key, min(self.cfg.finetune.top_k, len(self.blocks)), trained)
+        form, temperature = self.cfg.finetune.form, self.cfg.finetune.train_temperature(retriever.name)
+        newest = self._newest_evaluation()
+        if newest is not None and (fit := newest["temperatures"].get(system.name)) is not None:
+            form, temperature = fit["form"], fit["temperature"]
+        return LoadedSystem(QAModels(reader, getattr(retriever, "query_encoder", None)), retriever, form,
+                            temperature, system.name)

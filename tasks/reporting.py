@@ -29,10 +29,12 @@ def run_progress() -> LogProgress:
 
 
 def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
-                   seconds: float, extra: str = "", config: dict[str, Any] | None = None) -> str:
+                   seconds: float, extra: str = "", config: dict[str, Any] | None = None,
+                   location: str | None = None) -> str:
+    where = ref.path if ref else location or "none (stage off in this config)"
     lines = [f"## {stage}{' (cache hit)' if cached else ''}", "",
              "| field | value |", "|---|---|",
-             f"| artifact | `{ref.path if ref else 'none (stage off in this config)'}` |",
+             f"| artifact | `{where}` |",
              f"| content hash | `{ref.content_hash[:16] if ref else ''}` |",
              f"| seconds | {seconds:.1f} |"]
     for k, v in stats.items():
@@ -45,8 +47,9 @@ def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
 
 
 def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
-                         seconds: float, extra: str = "", config: dict[str, Any] | None = None) -> str:
-    md = stage_markdown(stage, ref, cached, stats, seconds, extra, config)
+                         seconds: float, extra: str = "", config: dict[str, Any] | None = None,
+                         location: str | None = None) -> str:
+    md = stage_markdown(stage, ref, cached, stats, seconds, extra, config, location)
     try:
         get_run_context()
     except MissingContextError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from flows.cli import corpus, data, openqa, pretrain, query, retrieval, tools  # noqa: F401  (registers the commands)
+from flows.cli import corpus, data, knowledge, openqa, pretrain, query, retrieval, tools  # noqa: F401  (registers the commands)
 from flows.cli.common import app
 
 __all__ = ["app", "main"]

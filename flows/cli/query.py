@@ -25,6 +25,20 @@ from flows.cli.common import (
 from realm_core.errors import InputError, RealmError, parse_json, unreadable_input
 
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
+SystemDir = Annotated[Path | None, typer.Option(
+    "--system-dir", help="answer from an exported system (`realm export`) instead of an artifact store")]
+
+
+def engine_for(system_dir: Path | None, preset: str, config: Path | None, overrides: list[str] | None,
+               root: str | None) -> Any:
+    """The query side of an exported system's folder, or of the store this config names."""
+    if system_dir is not None:
+        from realm_core.system_bundle import BundleEngine
+
+        return BundleEngine(system_dir)
+    from realm_core.query import QueryEngine
+
+    return QueryEngine(resolver(preset, config, overrides, root))
 
 
 def read_queries(path: Path) -> list[dict[str, Any]]:
@@ -82,16 +96,15 @@ def search(query: Annotated[str | None, typer.Argument(help="the query")] = None
                "--queries", help="many queries: one per line, or JSONL with 'question'")] = None,
            out_file: Annotated[Path | None, typer.Option("--out", help="JSONL results of --queries")] = None,
            json_out: Json = False, preset: Preset = "demo", config: ConfigFile = None,
-           overrides: Overrides = None, root: Root = None) -> None:
+           overrides: Overrides = None, root: Root = None, system_dir: SystemDir = None) -> None:
     """The top-k [bold]blocks[/] for a query: rank, score, block id, title and a snippet. The index (default) and the dense retrievers embed the query with the query encoder that belongs to the document encoder of the blocks' vectors.
 
     Examples: realm search "who wrote the origin of species" --retriever ict -k 5
-              realm search --queries questions.txt --out hits.jsonl --retriever bm25"""
-    from realm_core.query import QueryEngine
-
+              realm search --queries questions.txt --out hits.jsonl --retriever bm25
+              realm search "capital of Quarnia" --system-dir exported/bm25"""
     with errors():
         _single_or_batch(query, queries, out_file, "query")
-        engine = QueryEngine(resolver(preset, config, overrides, root))
+        engine = engine_for(system_dir, preset, config, overrides, root)
         if queries is not None and out_file is not None:
             items = read_queries(queries)
             hits = engine.search([q["question"] for q in items], retriever, k)
@@ -137,16 +150,15 @@ def ask(question: Annotated[str | None, typer.Argument(help="the question")] = N
                                 "'answers' (a string or a list of strings)")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="JSONL predictions of --questions")] = None,
         json_out: Json = False, preset: Preset = "demo", config: ConfigFile = None,
-        overrides: Overrides = None, root: Root = None) -> None:
+        overrides: Overrides = None, root: Root = None, system_dir: SystemDir = None) -> None:
     """The [bold]answer[/] of a fine-tuned open-QA system: the string, its probability, the block it was read from (title, id, character offsets in the block's text) and the next candidates. Fine-tunes the system first if it is not cached.
 
     Examples: realm ask "what does the kidney filter" --system bm25
-              realm ask --questions my_questions.jsonl --out predictions.jsonl"""
-    from realm_core.query import QueryEngine
-
+              realm ask --questions my_questions.jsonl --out predictions.jsonl
+              realm ask "what is the capital of Quarnia" --system-dir exported/ict"""
     with errors():
         _single_or_batch(question, questions, out_file, "question")
-        engine = QueryEngine(resolver(preset, config, overrides, root))
+        engine = engine_for(system_dir, preset, config, overrides, root)
         key, why = (system, f"asked for with --system {system}") if system else engine.default_system()
         if questions is not None and out_file is not None:
             items = read_queries(questions)
@@ -175,7 +187,7 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
              host: Annotated[str, typer.Option(help="address to listen on; anything but loopback exposes "
                                                     "the service to the network")] = "127.0.0.1",
              preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
-             root: Root = None,
+             root: Root = None, system_dir: SystemDir = None,
              api_docs: Annotated[bool, typer.Option(help="serve FastAPI's /docs and /openapi.json (its Swagger UI "
                                                          "loads scripts from a CDN)")] = False) -> None:
     """A local [bold]QA service[/] on the current artifacts: GET /search?q=&k=, /ask?q=&system=, /healthz, and a page at / to ask and read the evidence. Models load once; a new index version (the nightly refresh-index) is picked up without a restart.
@@ -184,7 +196,6 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     import uvicorn
 
     from flows.qa_service import LOOPBACK_HOSTS, create_app
-    from realm_core.query import QueryEngine
 
     with errors():
         if not 1 <= port <= 65535:
@@ -193,7 +204,7 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
         if host not in LOOPBACK_HOSTS:
             out.print(f"warning: listening on {host}: anyone who can reach this machine can query the service")
             hosts = (*LOOPBACK_HOSTS, host) if host not in ("0.0.0.0", "::") else ("*",)
-        engine = QueryEngine(resolver(preset, config, overrides, root))
+        engine = engine_for(system_dir, preset, config, overrides, root)
         engine.blocks  # noqa: B018  (load the blocks before the first request)
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             try:
@@ -201,5 +212,6 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
             except OSError as e:
                 raise RealmError(f"--host {host} --port {port}: cannot listen there "
                                  f"({e.strerror or type(e).__name__})") from None
-        out.print(f"realm QA service on http://{host}:{port}/ (artifacts: {engine.stages.store.root})")
+        served = engine.describe().get("artifact_root") or engine.describe().get("system_dir")
+        out.print(f"realm QA service on http://{host}:{port}/ (serving {served})")
         uvicorn.run(create_app(engine, hosts=hosts, api_docs=api_docs), host=host, port=port, log_level="warning")

@@ -15,7 +15,8 @@ open-QA fine-tuning and evaluation, and the query side all build retrievers thro
 A new retriever is one class here (its `build` loads what it needs from `Sources`) and one line
 in `RETRIEVERS`; callers read only the class's flags (`retrieves`, `needs_query_encoder`).
 
-Shapes: B questions, K blocks, D embedding dim, N corpus blocks, C candidate blocks.
+Shapes: B questions, K blocks, D embedding dim, N corpus blocks, C candidate blocks, M the id range
+of a knowledge corpus (one past its largest block id).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Sources:
     question_length: int = 32
     batch_size: int = 64       # questions embedded at a time when proposing
     progress: Any = None
+    knowledge: Any = None      # a KnowledgeVersion: search its live blocks with its vectors (else the corpus's)
 
 
 @dataclass
@@ -151,13 +153,19 @@ class BM25(Retriever):
     name = "bm25"
     retrieves = True
 
-    def __init__(self, blocks: Corpus, top_k: int) -> None:
+    def __init__(self, blocks: Corpus, top_k: int, ids: np.ndarray | None = None) -> None:
         import Stemmer
 
         super().__init__(blocks, top_k)
         self._stemmer = Stemmer.Stemmer("english")
         self._indexes: dict[str, tuple[Any, np.ndarray]] = {}
-        self._index(np.arange(blocks.corpus_size, dtype=np.int64))
+        # the blocks searched by default: every corpus block, or a knowledge corpus's live ones
+        self.ids = np.arange(blocks.corpus_size, dtype=np.int64) if ids is None else ids
+        self._index(self.ids)
+
+    @classmethod
+    def build(cls, blocks: Corpus, top_k: int, sources: Sources) -> Retriever:
+        return cls(blocks, top_k, sources.knowledge.block_ids if sources.knowledge is not None else None)
 
     def _index(self, candidates: np.ndarray) -> tuple[Any, np.ndarray]:
         import bm25s
@@ -174,8 +182,7 @@ class BM25(Retriever):
     def propose(self, questions: list[Any], candidates: np.ndarray | None = None) -> Proposal:
         import bm25s
 
-        index, among = self._index(np.arange(self.blocks.corpus_size, dtype=np.int64) if candidates is None
-                                   else candidates)
+        index, among = self._index(self.ids if candidates is None else candidates)
         tokens = bm25s.tokenize([q.question for q in questions], stopwords="en", stemmer=self._stemmer,
                                 return_ids=False, show_progress=False)
         tokens = [t if t else ["[empty]"] for t in tokens]  # a stop-word-only question
@@ -203,13 +210,16 @@ class Dense(Retriever):
     needs_query_encoder = True
 
     def __init__(self, blocks: Corpus, top_k: int, query_encoder: Any, tokenizer: Any,
-                 block_vectors: np.ndarray, question_length: int, batch_size: int = 64) -> None:
+                 block_vectors: np.ndarray, question_length: int, batch_size: int = 64,
+                 ids: np.ndarray | None = None) -> None:
         super().__init__(blocks, top_k)
         self.query_encoder, self.tokenizer = query_encoder, tokenizer
         self.question_length, self.batch_size = question_length, batch_size
-        self.vectors = torch.from_numpy(np.ascontiguousarray(block_vectors, dtype=np.float32))  # (N, D)
+        self.vectors = torch.from_numpy(np.ascontiguousarray(block_vectors, dtype=np.float32))  # (N, D) rows by id
         self._indexes: dict[str, Any] = {}
-        self._index(np.arange(len(block_vectors), dtype=np.int64))
+        # the blocks searched by default: every row, or a knowledge corpus's live ids
+        self.ids = np.arange(len(block_vectors), dtype=np.int64) if ids is None else ids
+        self._index(self.ids)
 
     def _index(self, candidates: np.ndarray) -> Any:
         from realm_core.retrieval.index import MipsIndex
@@ -223,27 +233,34 @@ class Dense(Retriever):
 
     @classmethod
     def build(cls, blocks: Corpus, top_k: int, sources: Sources) -> Retriever:
-        """The block embeddings of `sources.doc_embed` (computed through the cache if missing)."""
+        """The block embeddings of `sources.doc_embed`: a knowledge corpus's vectors by that
+        document encoder, or the embed stage's of the corpus (computed through the cache if missing)."""
         from pathlib import Path
 
         from realm_core.retrieval.embed import load_embeddings
-        from realm_core.retrieval.stage import run_embed_blocks
+        from realm_core.retrieval.stage import encoder_hash, run_embed_blocks
 
-        emb = sources.store.open(run_embed_blocks(sources.store, sources.blocks_ref, sources.doc_embed,
-                                                  sources.progress).ref, kind="embeddings")
-        vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"], blocks.corpus_size)
+        ids = None
+        if sources.knowledge is not None:
+            vectors = sources.knowledge.vectors(encoder_hash(sources.doc_embed.doc_encoder), dense=True)  # (M, D)
+            ids, where = sources.knowledge.block_ids, str(sources.knowledge.path)
+        else:
+            emb = sources.store.open(run_embed_blocks(sources.store, sources.blocks_ref, sources.doc_embed,
+                                                      sources.progress).ref, kind="embeddings")
+            vectors = load_embeddings(Path(emb.path) / "embeddings", emb.manifest["embeddings"], blocks.corpus_size)
+            where = emb.path
         if vectors.shape[1] != sources.query_encoder.projection_dim:
-            raise ConfigError(f"{emb.path}: block embeddings of dimension {vectors.shape[1]}, the query "
+            raise ConfigError(f"{where}: block embeddings of dimension {vectors.shape[1]}, the query "
                               f"encoder gives {sources.query_encoder.projection_dim}")
         return cls(blocks, top_k, sources.query_encoder, sources.tokenizer, vectors, sources.question_length,
-                   sources.batch_size)
+                   sources.batch_size, ids)
 
     def embed(self, questions: list[Any]) -> torch.Tensor:
         return embed_questions(self.query_encoder, self.tokenizer, [q.question for q in questions],
                                self.question_length)
 
     def propose(self, questions: list[Any], candidates: np.ndarray | None = None) -> Proposal:
-        index = self._index(np.arange(len(self.vectors), dtype=np.int64) if candidates is None else candidates)
+        index = self._index(self.ids if candidates is None else candidates)
         with torch.no_grad():
             q = torch.cat([self.embed(questions[i:i + self.batch_size])
                            for i in range(0, len(questions), self.batch_size)]) if questions else \
@@ -271,20 +288,26 @@ class CurrentIndex(Retriever):
     name = "index"
     retrieves = True
 
-    def __init__(self, blocks: Corpus, top_k: int, store: Any, tokenizer: Any, question_length: int) -> None:
+    def __init__(self, blocks: Corpus, top_k: int, store: Any, tokenizer: Any, question_length: int,
+                 knowledge: Any = None) -> None:
         from pathlib import Path
 
         from realm_core.retrieval.encoders import RetrieverEncoder
+        from realm_core.retrieval.index import MipsIndex
+        from realm_core.retrieval.stage import encoder_hash
         from realm_core.retrieval.versions import current_step, encoder_dir, load_index
 
         super().__init__(blocks, top_k)
-        self.store = store
+        self.store, self.knowledge = store, knowledge
         self.step = current_step(store)
         if self.step is None:
             raise no_index(store)
         self.index, art = load_index(store, self.step)
         self.artifact = art
         doc = encoder_dir(store, art)
+        if knowledge is not None:  # the knowledge corpus's blocks, embedded by the same document encoder
+            self.index = MipsIndex.build(self.index.dim, "Flat")
+            self.index.add(knowledge.vectors(encoder_hash(doc)), knowledge.block_ids)
         sibling = Path(doc).parent / "query_encoder"
         self.encoder_dir = str(sibling) if doc.endswith("doc_encoder") and sibling.is_dir() else doc
         self.query_encoder = RetrieverEncoder.from_pretrained(self.encoder_dir).eval()
@@ -299,7 +322,7 @@ class CurrentIndex(Retriever):
 
     @classmethod
     def build(cls, blocks: Corpus, top_k: int, sources: Sources) -> Retriever:
-        return cls(blocks, top_k, sources.store, sources.tokenizer, sources.question_length)
+        return cls(blocks, top_k, sources.store, sources.tokenizer, sources.question_length, sources.knowledge)
 
     def propose(self, questions: list[Any], candidates: np.ndarray | None = None) -> Proposal:
         if candidates is not None:
@@ -311,9 +334,13 @@ class CurrentIndex(Retriever):
         return Proposal(np.asarray(block_ids, dtype=np.int64), np.asarray(scores, dtype=np.float32))
 
     def stale(self) -> bool:
+        """The index pointer moved on (a nightly refresh), or the knowledge corpus's did."""
+        from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
         from realm_core.retrieval.versions import current_step
 
-        return bool(current_step(self.store) != self.step)
+        knowledge = KnowledgeCorpus.of_store(self.store).current_number() if self.store.local else None
+        return bool(current_step(self.store) != self.step
+                    or knowledge != (self.knowledge.number if self.knowledge is not None else None))
 
 
 RETRIEVERS: dict[str, type[Retriever]] = {"none": Retriever, "gold": GoldPassage, "bm25": BM25, "dense": Dense,

@@ -42,11 +42,13 @@ def test_the_graph_prefect_yaml_and_the_flows_name_the_same_stage_flows() -> Non
     from flows.pipeline import FANS_OUT, FLOW_OF, FLOWS
     from realm_core.graph import STAGES
 
+    # the pipeline, each stage's flow, and the knowledge corpus's flow (no stage: it grows the
+    # corpus a trained system answers from)
     named = {s.flow for s in STAGES if s.flow is not None}
     assert named == set(FLOWS)
     assert {s.name for s in STAGES if s.flow is not None} == set(FLOW_OF)
     deployed = {d["entrypoint"] for d in DEPLOYMENTS}
-    assert deployed == {"flows/pipeline.py:full_pipeline",
+    assert deployed == {"flows/pipeline.py:full_pipeline", "flows/knowledge.py:grow_knowledge",
                         *(f"flows/stages.py:{f.fn.__name__}" for f in FLOWS.values())}
     # a flow that owns a stage which fans out takes `dask`
     assert {s.flow for s in STAGES if s.fans_out} <= FANS_OUT

@@ -68,13 +68,15 @@ def test_deployments_listed(server: dict[str, str]) -> None:
     for name in ("realm/full-pipeline", "ingest-corpus/realm", "chunk-blocks/realm",
                  "mine-salient-spans/realm", "warm-start-ict/realm", "warm-start-retromae/realm",
                  "evaluate-retrieval/realm", "pretrain-realm/realm", "finetune-openqa/realm", "evaluate-openqa/realm",
-                 "refresh-index/refresh-index"):
+                 "refresh-index/refresh-index", "grow-knowledge/grow-knowledge"):
         assert name in r.stdout, r.stdout
 
 
 def test_nightly_refresh_is_scheduled(server: dict[str, str]) -> None:
     r = prefect(server, "deployment", "inspect", "refresh-index/refresh-index")
     assert r.returncode == 0 and "0 3 * * *" in r.stdout, r.stdout
+    r = prefect(server, "deployment", "inspect", "grow-knowledge/grow-knowledge")
+    assert r.returncode == 0 and "30 3 * * *" in r.stdout, r.stdout
 
 
 def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None:

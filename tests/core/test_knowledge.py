@@ -1,0 +1,136 @@
+"""The knowledge corpus on hand-made blocks: what an update adds, keeps, replaces and removes,
+with block ids and vectors checked exactly, versions, rollback and integrity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from realm_core.errors import ConfigError, CorruptArtifactError
+from realm_core.retrieval.knowledge_versions import (
+    KnowledgeCorpus,
+    doc_hash,
+    initial_version,
+    plan_update,
+    update,
+)
+
+H = "e" * 64  # one tracked encoder's hash
+
+
+class CountingEmbedder:
+    """Vectors from the text alone (so a block's vector is the same whenever it is embedded);
+    remembers how many blocks it was asked for."""
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def __call__(self, titles: list[str], texts: list[str]) -> np.ndarray:
+        self.embedded += texts
+        return np.asarray([[len(t), sum(map(ord, t)) % 97, 1.0] for t in texts], dtype=np.float32)
+
+
+def _chunk(doc: dict) -> list[dict]:  # type: ignore[type-arg]
+    """One block a sentence (period-separated), as a stand-in for the wordpiece chunker."""
+    return [{"title": doc["title"], "text": s.strip() + "."} for s in doc["text"].split(".") if s.strip()]
+
+
+def _doc(doc_id: str, text: str, source: str = "notes.jsonl") -> dict:  # type: ignore[type-arg]
+    return {"doc_id": doc_id, "title": doc_id.title(), "text": text, "source": source}
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[KnowledgeCorpus, CountingEmbedder]:
+    """Version 1 from a two-document pretraining corpus of three blocks."""
+    blocks = pa.table({"block_id": [0, 1, 2], "doc_id": ["w:a", "w:a", "w:b"], "title": ["A", "A", "B"],
+                       "text": ["Alpha one.", "Alpha two.", "Beta."]})
+    documents = pa.table({"doc_id": ["w:a", "w:b"], "title": ["A", "B"], "text": ["Alpha one. Alpha two.", "Beta."],
+                          "source": ["enwiki", "enwiki"]})
+    embed = CountingEmbedder()
+    vectors = {H: embed(["A", "A", "B"], ["Alpha one.", "Alpha two.", "Beta."])}
+    embed.embedded.clear()
+    corpus = KnowledgeCorpus(tmp_path / "knowledge")
+    first = initial_version(corpus, blocks, documents, vectors, {H: {"spec": "enc"}}, {})
+    assert first.number == 1 and first.block_ids.tolist() == [0, 1, 2] and first.id_range == 3
+    return corpus, embed
+
+
+def test_the_plan_adds_keeps_replaces_and_removes() -> None:
+    current = {"w:a": (doc_hash("A", "x"), "enwiki"), "w:b": (doc_hash("B", "y"), "enwiki"),
+               "n:c": (doc_hash("C", "z"), "notes")}
+    plan = plan_update(current, [{"doc_id": "w:a", "title": "A", "text": "x"},      # unchanged
+                                 {"doc_id": "w:b", "title": "B", "text": "y2"},     # changed
+                                 {"doc_id": "n:d", "title": "D", "text": "new"},    # added
+                                 {"doc_id": "n:d", "title": "D", "text": "again"}],  # the first wins
+                       remove_sources=["notes"])
+    assert plan.counts() == {"documents_added": 1, "documents_changed": 1, "documents_removed": 1,
+                             "documents_unchanged": 1}
+    assert [d["text"] for d in plan.added] == ["new"] and plan.removed == {"n:c"}
+    with pytest.raises(ConfigError, match="no document 'n:x'"):
+        plan_update(current, [], remove_docs=["n:x"])
+    with pytest.raises(ConfigError, match="both given and removed"):
+        plan_update(current, [{"doc_id": "n:c", "title": "C", "text": "z"}], remove_sources=["notes"])
+
+
+def test_add_readd_change_and_remove(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
+    kc, embed = corpus
+    v1 = kc.current()
+    assert v1 is not None
+    # add: only the new document's blocks are embedded; the old ones keep ids and vectors
+    v2, counts = update(kc, [_doc("n:c", "Gamma one. Gamma two.")], _chunk, {H: embed})
+    assert (v2.number, counts["blocks_added"], counts["blocks_reused"]) == (2, 2, 3)
+    assert embed.embedded == ["Gamma one.", "Gamma two."]
+    assert v2.block_ids.tolist() == [0, 1, 2, 3, 4]
+    assert np.array_equal(v2.vectors(H)[:3], v1.vectors(H))
+    # the same file again: nothing to do, no new version
+    embed.embedded.clear()
+    same, counts = update(kc, [_doc("n:c", "Gamma one. Gamma two.")], _chunk, {H: embed})
+    assert same.number == 2 and counts["documents_unchanged"] == 1 and embed.embedded == []
+    assert kc.versions() == [1, 2]
+    # a changed document: its old blocks go, its new ones get new ids; nothing else is embedded
+    v3, counts = update(kc, [_doc("n:c", "Gamma one. Gamma three.")], _chunk, {H: embed})
+    assert v3.block_ids.tolist() == [0, 1, 2, 5, 6] and embed.embedded == ["Gamma one.", "Gamma three."]
+    assert counts["documents_changed"] == 1 and counts["blocks_removed"] == 2
+    assert v3.dense("text")[5] == "Gamma one." and v3.dense("text")[3] == ""  # 3 and 4 are gone for good
+    # remove a pretraining document by id, and a source by name: ids are never given again
+    v4, _ = update(kc, [], _chunk, {H: embed}, remove_docs=["w:b"])
+    assert v4.block_ids.tolist() == [0, 1, 5, 6]
+    v5, counts = update(kc, [_doc("n:e", "Epsilon.")], _chunk, {H: embed}, remove_sources=["notes.jsonl"])
+    assert v5.block_ids.tolist() == [0, 1, 7] and counts["documents_removed"] == 1 and v5.id_range == 8
+    dense = v5.vectors(H, dense=True)
+    assert dense.shape == (8, 3) and not dense[2].any() and np.array_equal(dense[7], embed([""], ["Epsilon."])[0])
+    # rollback: any version can be made current again
+    kc.set_current(2)
+    current = kc.current()
+    assert current is not None and current.block_ids.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_update_leaves_the_live_version(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
+    kc, embed = corpus
+
+    def broken(titles: list[str], texts: list[str]) -> np.ndarray:
+        raise RuntimeError("the encoder failed")
+
+    with pytest.raises(RuntimeError):
+        update(kc, [_doc("n:c", "Gamma.")], _chunk, {H: broken})
+    assert kc.current_number() == 1 and kc.versions() == [1]
+    assert not any(p.name.startswith(".tmp") for p in kc.root.iterdir())
+    with pytest.raises(ConfigError, match="no embedder for tracked encoder"):
+        update(kc, [_doc("n:c", "Gamma.")], _chunk, {})
+
+
+def test_a_version_checks_its_files(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
+    kc, _ = corpus
+    v1 = kc.current()
+    assert v1 is not None and v1.verify() > 0
+    (v1.path / "blocks.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(CorruptArtifactError, match="blocks.parquet"):
+        v1.verify()
+    (kc.root / "CURRENT").write_text("{}")
+    with pytest.raises(Exception, match="corrupt knowledge pointer"):
+        kc.current()
+    assert json.loads((v1.path / "manifest.json").read_text())["counts"]["blocks_added"] == 3

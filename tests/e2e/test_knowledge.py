@@ -1,0 +1,171 @@
+"""The knowledge corpus on the tiny preset's artifacts: add, re-add, change and remove a document
+with `realm add`'s function and command, each checked on block ids, reused vectors and search
+results; a bad file leaves the live version; a running service answers from a document added
+while it runs, and follows a rollback; an exported system loads with plain transformers and
+answers as the store did with the store gone, and grows."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from flows.qa_service import create_app
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import load_config
+from realm_core.graph import Resolver
+from realm_core.knowledge_corpus import add_documents, tracked_encoders
+from realm_core.query import QueryEngine
+from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+from tests.conftest import TinyUpstream
+
+pytestmark = pytest.mark.slow
+UNTRAINED = ["embed.encoder_from=config"]  # the first index: the bundled encoder as it is (step 0)
+LOCAL = "http://127.0.0.1"
+QUESTION = "Which city is the capital of Quarnia?"
+FACT = ("Zorblax is the capital of Quarnia, a country of the northern steppe. Quarnia's parliament "
+        "meets in Zorblax every spring.")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, tiny_upstream: TinyUpstream) -> str:
+    """BM25's fine-tuned system and a first index, in a copy of the session's tiny upstream."""
+    root = str(tmp_path_factory.mktemp("knowledge") / "art")
+    shutil.copytree(tiny_upstream[0], root)
+    stages = Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(root))
+    stages.run("finetune_bm25")
+    stages.run("finetune_ict")
+    stages.run("index")
+    return root
+
+
+def _resolver(root: str) -> Resolver:
+    return Resolver(load_config("tiny", overrides=UNTRAINED), ArtifactStore(root))
+
+
+def _notes(path: Path, text: str = FACT, doc_id: str = "q1") -> Path:
+    path.write_text(json.dumps({"id": doc_id, "title": "Quarnia", "text": text}) + "\n")
+    return path
+
+
+def _titles(engine: QueryEngine, retriever: str, query: str = QUESTION, k: int = 3) -> list[str]:
+    return [h.title for h in engine.search([query], retriever, k)[0]]
+
+
+def test_add_readd_change_remove_and_roll_back(root: str, tmp_path: Path) -> None:
+    resolver = _resolver(root)
+    engine = QueryEngine(_resolver(root))
+    corpus = KnowledgeCorpus.of_store(resolver.store)
+    assert corpus.current() is None and "Quarnia" not in _titles(engine, "bm25")
+    # the encoders the query side searches with: the index's, and ICT's (its artifacts exist here)
+    encoders = tracked_encoders(resolver)
+    assert len(encoders) == 2
+    notes = _notes(tmp_path / "notes.jsonl")
+
+    added = add_documents(resolver, [str(notes)])
+    first, second = corpus.version(1), corpus.version(2)
+    chunk = resolver.store.open(resolver.ref("chunk"), kind="blocks").read_table("blocks", ["block_id"])
+    assert first.block_ids.tolist() == chunk.column("block_id").to_pylist()  # the pretraining corpus, as cut
+    assert (added.version, added.previous) == (2, None) and added.counts["documents_added"] == 1
+    new = second.block_ids[len(first.block_ids):]
+    assert len(new) == added.counts["blocks_added"] >= 1 and new[0] == first.id_range  # ids past every old one
+    for h in encoders:  # every old block keeps its vector; only the new ones were embedded
+        assert np.array_equal(second.vectors(h)[:len(first.block_ids)], first.vectors(h))
+    assert added.counts["blocks_embedded"] == len(new) * len(encoders)
+    # the query side answers from it at once: BM25 and the index find the new block
+    assert _titles(engine, "bm25")[0] == "Quarnia"
+    assert int(new[0]) in [h.block_id for h in engine.search([FACT], "index", 3)[0]]
+    asked = engine.ask([QUESTION], "bm25")[0]
+    assert set(map(int, new)) & set(asked.block_ids)  # the reader read the new document's block
+
+    again = add_documents(resolver, [str(notes)])  # the same file: nothing changes
+    assert again.version == 2 and again.counts["documents_unchanged"] == 1 and corpus.versions() == [1, 2]
+
+    changed = add_documents(resolver, [str(_notes(tmp_path / "notes.jsonl", FACT.replace("spring", "autumn")))])
+    third = corpus.version(changed.version)
+    assert changed.counts["documents_changed"] == 1 and changed.counts["blocks_removed"] == len(new)
+    assert not set(new) & set(third.block_ids) and third.block_ids.max() >= second.id_range
+    assert "autumn" in " ".join(h.snippet for h in engine.search([QUESTION], "bm25", 1)[0])
+
+    removed = add_documents(resolver, remove_sources=["notes"])
+    assert removed.counts["documents_removed"] == 1 and "Quarnia" not in _titles(engine, "bm25")
+    assert corpus.current_number() == removed.version
+    corpus.set_current(2)  # a rollback: the query side follows the pointer
+    assert _titles(engine, "bm25")[0] == "Quarnia"
+
+
+def test_a_bad_file_leaves_the_live_version_and_the_command_says_why(root: str, tmp_path: Path) -> None:
+    corpus = KnowledgeCorpus.of_store(ArtifactStore(root))
+    add_documents(_resolver(root), [str(_notes(tmp_path / "ok.jsonl", "Quux is a river of Quarnia.", "r1"))])
+    live, versions = corpus.current_number(), corpus.versions()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "title": "T", "text": "fine"}) + "\n{not json\n")
+    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "add",
+                        str(bad), "--preset", "tiny", "--root", root, *[a for s in UNTRAINED for a in ("--set", s)]],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "bad.jsonl" in r.stderr and "line 2" in r.stderr, r.stderr
+    assert corpus.current_number() == live and corpus.versions() == versions
+    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "knowledge",
+                        "--preset", "tiny", "--root", root], capture_output=True, text=True)
+    assert r.returncode == 0 and "knowledge" in r.stdout and "*" in r.stdout, r.stderr  # the current one marked
+
+
+def test_the_service_answers_from_a_document_added_while_it_runs(root: str, tmp_path: Path) -> None:
+    engine = QueryEngine(_resolver(root))
+    with TestClient(create_app(engine), raise_server_exceptions=False, base_url=LOCAL) as client:
+        query = "Which moon orbits Quarnia's twin planet Vellum?"
+        before = client.get("/search", params={"q": query, "k": 3, "retriever": "bm25"}).json()
+        assert "Vellum" not in [h["title"] for h in before["hits"]]
+        doc = tmp_path / "vellum.jsonl"
+        doc.write_text(json.dumps({"id": "v1", "title": "Vellum", "text": "Vellum is Quarnia's twin planet; the "
+                                   "moon Oskar orbits Vellum."}) + "\n")
+        added = add_documents(_resolver(root), [str(doc)])  # another process would do the same
+        after = client.get("/search", params={"q": query, "k": 3, "retriever": "bm25"}).json()
+        assert after["hits"][0]["title"] == "Vellum"
+        assert client.get("/healthz").json()["knowledge_version"] == added.version
+
+
+def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp_path: Path) -> None:
+    from transformers import AutoModel
+
+    from realm_core.errors import CorruptArtifactError
+    from realm_core.system_bundle import BundleEngine, bundle_add, export_system
+
+    store = tmp_path / "store"
+    shutil.copytree(root, store)
+    engine = QueryEngine(_resolver(str(store)))
+    asked = engine.ask([QUESTION], "ict")[0]
+    dest = export_system(_resolver(str(store)), "ict", tmp_path / "out" / "ict")
+    for folder in ("reader", "query_encoder", "doc_encoder"):  # plain transformers loads each body
+        assert AutoModel.from_pretrained(str(dest / folder)).config.model_type == "bert"
+        assert "## Reproduce" in (dest / folder / "README.md").read_text()
+    manifest = json.loads((dest / "system.json").read_text())
+    assert manifest["system"] == "ict" and "knowledge/v00000001/blocks.parquet" in manifest["files"]
+    # to a new folder, the store gone: the same answer and the same ranked blocks
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(dest, moved)
+    shutil.rmtree(store)
+    shutil.rmtree(dest)
+    bundle = BundleEngine(moved)
+    again = bundle.ask([QUESTION], "ict")[0]
+    assert (again.answer, again.block_id, again.block_ids) == (asked.answer, asked.block_id, asked.block_ids)
+    # its search is its own retriever's (the fine-tuned query encoder): the blocks the store's system read
+    assert [h.block_id for h in bundle.search([QUESTION], "index", len(asked.block_ids))[0]] == asked.block_ids
+    assert bundle.health()["knowledge_version"] == 1
+    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "ask",
+                        QUESTION, "--system-dir", str(moved), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["answer"] == asked.answer, r.stderr
+    # it grows: the new document's block is searched and read at once
+    # (a document no earlier test put in the shared store, so that the export cannot hold it)
+    fact = "Brindlemoor is a harbour town of Quarnia where amber is traded."
+    grown = bundle_add(moved, [str(_notes(tmp_path / "exported.jsonl", fact, "b1"))])
+    assert grown.version == 2 and grown.counts["blocks_embedded"] == grown.counts["blocks_added"] >= 1
+    assert "Brindlemoor" in bundle.search([fact], "bm25", 1)[0][0].snippet
+    # a file that changed after the export is refused by the health check, naming it
+    (moved / "reader" / "config.json").write_text("{}")
+    with pytest.raises(CorruptArtifactError, match="reader/config.json"):
+        bundle.health()
