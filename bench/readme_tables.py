@@ -165,6 +165,61 @@ def pretrain_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def _retriever_schedule(cfg: dict[str, Any], budget: dict[str, Any], stats: dict[str, Any]) -> str:
+    """The encoders' schedule as the run had it: frozen for a first phase, then (where a utility
+    gate is set) trained only once retrieved blocks helped the reader, and the step it opened."""
+    text = f"the encoders frozen for the first {cfg['retriever_frozen_steps']} steps"
+    gate = cfg.get("retriever_unfreeze_utility")
+    if gate is not None:
+        errors = cfg.get("utility_standard_errors", 0.0)
+        text += (f" and until the mean retrieval utility of the last {cfg['utility_window']} steps rose above "
+                 f"{gate:g}" + (f" by {errors:g} standard errors" if errors else ""))
+        opened = stats.get("retriever_trained_from_step")
+        text += (f" (it did at step {opened})" if opened is not None else " (it never did: frozen throughout)")
+    return text + f", then at {budget['retriever_lr_scale']:g}x the reader's rate"
+
+
+def collapse_table(result: Result) -> str:
+    """The gain runs whose retriever collapsed onto the null block once it trained
+    (bench/results/realm_gain_collapse.json, the per-step rows of each run's last checkpoint):
+    retrieval utility, p(null) and the share of examples whose span a retrieved block held before
+    and after the encoders began to train, and the steps p(null) took to pass 0.5 and 0.99."""
+    lines = ["| run | steps | encoders | mean retrieval utility | mean p(null) | span in a retrieved block (%) |",
+             "|---|---|---|---:|---:|---:|"]
+    notes = []
+    for name, run in result["runs"].items():
+        steps, opened = run["steps"], run["config"]["retriever_trained_from_step"]
+        last = int(max(r["step"] for r in steps))
+
+        def mean(key: str, lo: int, hi: int) -> float:
+            vals = [r[key] for r in steps if lo <= r["step"] <= hi]
+            return float(sum(vals) / len(vals))
+
+        for lo, hi in ((opened - 50, opened - 1), (opened, opened + 24), (opened + 25, last)):
+            if lo > hi:
+                continue
+            lines.append(f"| {name} | {lo}-{hi} | {'trained' if lo >= opened else 'frozen'} | "
+                         f"{mean('retrieval_utility', lo, hi):+.3f} | {mean('p_null', lo, hi):.3f} | "
+                         f"{100 * mean('answer_retrieved', lo, hi):.1f} |")
+        past = {t: next((int(r["step"]) - opened for r in steps if r["step"] >= opened and r["p_null"] > t), None)
+                for t in (0.5, 0.99)}
+        notes.append(f"*{name}*: the encoders trained from step {opened}; p(null) passed 0.5 {past[0.5]} steps "
+                     f"later and 0.99 {past[0.99]} steps later; stopped at step {last}.")
+    first = next(iter(result["runs"].values()))
+    ev = first["evals"][-1] if first["evals"] else None
+    cfg = first["config"]
+    text = (f"Both runs: batch {cfg['batch_size']}, encoders at {cfg['retriever_lr_scale']:g}x the reader's rate once "
+            f"they train, the same seeds and batches (identical to step {cfg['retriever_frozen_steps']}). "
+            + " ".join(notes))
+    if ev:
+        text += (f" The held-out evaluation at step {int(ev['step'])} (before either trained its encoders): "
+                 f"{100 * ev['span_accuracy']:.1f}% of {int(ev['examples']):,} spans, the span in a retrieved block "
+                 f"for {100 * ev['answer_retrieved']:.1f}%, utility {ev['retrieval_utility']:+.3f}; the null-only run "
+                 f"ended its {result['null_only']['steps']:,} steps at "
+                 f"{100 * result['null_only']['heldout_span_accuracy']:.1f}%.")
+    return "\n".join([*lines, "", text])
+
+
 def realm_gain_table(result: Result) -> str:
     """REALM against null-only at the gain budget (experiments/pretrain.py, bench/results/pretrain.json):
     held-out accuracy on all and on the recoverable spans, the share whose span a retrieved block
@@ -187,8 +242,7 @@ def realm_gain_table(result: Result) -> str:
               f"{b['batch_size']} ({b['steps'] * b['batch_size'] / runs['REALM']['stats']['train_examples']:.2f} "
               f"passes over {runs['REALM']['stats']['train_examples']:,} training spans), lr {b['learning_rate']:g}, "
               f"top-{b['top_k']} with the null block, reader {cfg['reader_length']} wordpieces (query "
-              f"{cfg['query_length']}, the whole block), the encoders frozen for the first "
-              f"{cfg['retriever_frozen_steps']} steps then at {b['retriever_lr_scale']:g}x the reader's rate, "
+              f"{cfg['query_length']}, the whole block), {_retriever_schedule(cfg, b, runs['REALM']['stats'])}, "
               f"index refreshed every {b['refresh_every']} steps; both from one reader warmed up by "
               f"{b['reader_mlm_steps']} steps of masked LM.", "",
               "| REALM minus null-only (points, 95% interval over articles) | examples | REALM (%) | null only (%) | "
@@ -827,7 +881,8 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "cpu_precision_avx2": cpu_precision_table,
                                             "startup": startup_table, "answer_lengths": answer_lengths_table,
                                             "demo": demo_table, "demo_summary": demo_summary,
-                                            "pretrain": realm_gain_table, "openqa_gain": openqa_table}
+                                            "pretrain": realm_gain_table, "openqa_gain": openqa_table,
+                                            "realm_gain_collapse": collapse_table}
 
 
 def main() -> None:

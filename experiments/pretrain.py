@@ -201,6 +201,8 @@ def main() -> None:
         "runs": {n: {k: v for k, v in r.items() if k != "heldout_rows"} for n, r in runs.items()},
         "config": {"reader_length": p.reader_length, "query_length": cfg.masking.query_length,
                    "doc_length": p.doc_length, "retriever_frozen_steps": p.retriever_frozen_steps,
+                   "retriever_unfreeze_utility": p.retriever_unfreeze_utility, "utility_window": p.utility_window,
+                   "utility_standard_errors": p.utility_standard_errors,
                    "config_file": args.config, "overrides": args.overrides},
         "curves": {n: curves(r) for n, r in runs.items()},
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],

@@ -223,7 +223,9 @@ def retriever_learns_at(step: int, history: list[dict[str, float]], config: Pret
     """Whether the encoders get a gradient at `step` (0-based), given the rows of the steps
     before it: never under `freeze_retriever`, not in the frozen first phase, and, with
     `retriever_unfreeze_utility`, not until the mean retrieval utility of the last
-    `utility_window` steps is above it; once they have trained they keep training. A function
+    `utility_window` steps is above it by `utility_standard_errors` standard errors of that mean
+    (a mean that crosses it by chance does not open the gate); once they have trained they keep
+    training. A function
     of the logged rows only, so a resumed run (and every rank) decides as the first did."""
     if config.freeze_retriever or step < config.retriever_frozen_steps:
         return False
@@ -232,7 +234,9 @@ def retriever_learns_at(step: int, history: list[dict[str, float]], config: Pret
     recent = history[-config.utility_window:]
     if len(recent) < config.utility_window:
         return False
-    return float(np.mean([r.get("retrieval_utility", 0.0) for r in recent])) > config.retriever_unfreeze_utility
+    utility = np.asarray([r.get("retrieval_utility", 0.0) for r in recent])  # (W,)
+    standard_error = float(utility.std(ddof=1) / np.sqrt(len(utility))) if len(utility) > 1 else 0.0
+    return float(utility.mean()) - config.utility_standard_errors * standard_error > config.retriever_unfreeze_utility
 
 
 def first_trained_step(history: list[dict[str, float]], frozen_steps: int) -> int | None:
