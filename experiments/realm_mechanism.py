@@ -43,7 +43,7 @@ from realm_core.graph import Resolver
 from realm_core.progress import LogProgress
 
 log = logging.getLogger("bench.realm_mechanism")
-CONFIG = ROOT / "bench" / "configs" / "realm_mechanism.yaml"
+CONFIG = ROOT / "experiments" / "configs" / "realm_mechanism.yaml"
 SYSTEMS = {"REALM": (), "null only": ("pretrain.retrieval=null_only",),
            "frozen retriever": ("pretrain.freeze_retriever=true",)}
 

@@ -44,7 +44,7 @@ def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: ArtifactRef, sp
               retriever: ArtifactRef) -> dict[str, Any]:
     """REALM pretraining from `retriever`, then fine-tuning and SQuAD-open exact match."""
     from realm_core.openqa.evaluation import run_evaluate_openqa
-    from realm_core.openqa.finetune_stage import qa_systems, run_finetune
+    from realm_core.openqa.finetune_stage import qa_systems, run_finetune, run_gold_reader
     from realm_core.openqa.questions_stage import run_load_questions
     from realm_core.pretrain.stage import run_pretrain
 
@@ -53,10 +53,13 @@ def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: ArtifactRef, sp
     questions = run_load_questions(store, cfg.questions)
     system = next(s for s in qa_systems(retriever, realm.ref, cfg.embed, cfg.ict.encoder)
                   if s.key == "realm")
-    model = run_finetune(store, blocks, questions.ref, system, cfg.finetune, NoProgress())
+    # the first phase of fine-tuning from REALM's reader (the stage gold_reader_realm), then REALM's own
+    gold = run_gold_reader(store, questions.ref, system.reader, cfg.finetune.span_reader(), NoProgress())
+    gold_ref = gold.ref if gold is not None else None
+    model = run_finetune(store, blocks, questions.ref, system, gold_ref, cfg.finetune, NoProgress())
     evaluation = cfg.openqa_eval.model_copy(update={"datasets": ("squad-open",)})
     result = run_evaluate_openqa(store, blocks, questions.ref, [(system, model.ref)],
-                                 cfg.finetune, evaluation, NoProgress())
+                                 cfg.finetune, evaluation, NoProgress(), gold_ref=gold_ref)
     squad = store.open(result.ref).manifest["results"]["squad-open"]
     return {"realm_model": realm.ref.path, **squad["systems"][system.name], "questions": squad["questions"]}
 
