@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 from prefect import Flow, flow
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    update_progress_artifact,
+)
 
 from flows import stages as sf
 from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
 from realm_core.graph import PIPELINE_TARGETS, STAGES, StageRun, closure
+from realm_core.progress import PipelineEta
 
 # each stage flow by its name; which stages each owns is declared in the graph (`Stage.flow`), and
 # a stage with no flow (the reader's masked-LM warm-up, the questions, the null-only run)
@@ -44,8 +50,14 @@ def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overr
     mining and block embedding out over Dask workers; `force` recomputes every stage."""
     cfg, root = resolve(preset, config_file, overrides, root)
     print(f"config: {cfg.model_dump_json()}")
+    plan = closure(cfg, PIPELINE_TARGETS)
+    reports = Path(root).parent / "reports" if "://" not in root else None
+    # one line for the whole run: stages done, elapsed, and the rest at their last computed times
+    eta = PipelineEta(list(plan), reports / f"stage-seconds-{preset}.json" if reports else None)
+    bar = cast(UUID, create_progress_artifact(progress=0.0, key="realm-pipeline-progress",
+                                   description=f"realm pipeline ({preset}): {eta.line()}"))  # sync inside a sync flow
     runs: dict[str, StageRun] = {}
-    for name in closure(cfg, PIPELINE_TARGETS):
+    for name in plan:
         stage_flow = FLOW_OF.get(name)
         if name in runs or stage_flow is None:
             continue
@@ -53,11 +65,15 @@ def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overr
         for resolved, run in stage_flow(preset=preset, config_file=config_file, overrides=overrides,
                                         root=root, force=force, **extra).items():
             runs.setdefault(resolved, run)  # where it was computed, not a later cache hit
-    ordered = {name: runs[name] for name in closure(cfg, PIPELINE_TARGETS) if name in runs}
+            eta.record(resolved, run.ref is not None and not run.cached, run.seconds)
+        print(eta.line())
+        update_progress_artifact(artifact_id=bar, progress=round(100 * eta.fraction(), 1),
+                                 description=f"realm pipeline ({preset}): {eta.line()}")
+    eta.save()
+    ordered = {name: runs[name] for name in plan if name in runs}
     md = summary_markdown(preset, ordered)
     create_markdown_artifact(markdown=md, key="realm-pipeline", description="stage summary")
     md += "".join(f"\n\n## {name}\n\n{r.report}" for name, r in ordered.items() if r.report)
-    reports = Path(root).parent / "reports" if "://" not in root else None
     report_path = None
     if reports is not None:
         reports.mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
+from pathlib import Path
 from typing import Protocol
 
 
@@ -109,3 +111,69 @@ class LogProgress:
 
     def finish(self) -> None:
         self._log()
+
+
+class PipelineEta:
+    """One progress line for a whole pipeline run: stages done of the plan, time elapsed, and
+    the time left as the sum of each remaining stage's seconds when it was last computed on this
+    store (`history`, a small JSON file the run updates at its end). A stage that turns out to be
+    a cache hit takes no time, so the estimate is for the rest computed; a stage never computed
+    here has no time yet, and the line says how many of those remain."""
+
+    def __init__(self, plan: list[str], history: Path | None) -> None:
+        self.plan, self.history = list(plan), history
+        self.t0 = time.monotonic()
+        self.known: dict[str, float] = {}
+        if history is not None and history.is_file():
+            try:
+                self.known = {k: float(v) for k, v in json.loads(history.read_text()).items()}
+            except (ValueError, TypeError, AttributeError):
+                self.known = {}  # an unreadable record only costs the estimate
+        self.finished: dict[str, tuple[bool, float]] = {}  # stage: (computed, seconds)
+
+    def record(self, stage: str, computed: bool, seconds: float) -> None:
+        if stage in self.plan:
+            self.finished.setdefault(stage, (computed, seconds))
+
+    def left(self) -> tuple[float, int]:
+        """Seconds the remaining stages took when last computed, and how many have no time."""
+        rest = [s for s in self.plan if s not in self.finished]
+        return sum(self.known.get(s, 0.0) for s in rest), sum(s not in self.known for s in rest)
+
+    def fraction(self) -> float:
+        """Share of the run done, weighted by the stages' known times (by count where none are)."""
+        left, _ = self.left()
+        elapsed = time.monotonic() - self.t0
+        if left + elapsed <= 0:
+            return len(self.finished) / max(len(self.plan), 1)
+        return min(1.0, elapsed / (elapsed + left))
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        text = f"pipeline: {len(self.finished)}/{len(self.plan)} stages, {_duration(elapsed)} elapsed"
+        rest = len(self.plan) - len(self.finished)
+        if rest == 0:
+            return text + ", done"
+        left, unknown = self.left()
+        if unknown == rest:
+            return text + f", {_count(rest, 'stage')} to go (no time left yet: none has been computed on this store)"
+        text += f", about {_duration(left)} left at their last computed times"
+        return text + (f" (and {_count(unknown, 'stage')} never computed here)" if unknown else "")
+
+    def save(self) -> None:
+        """Keep each computed stage's seconds for the next run's estimate (hits keep the old time)."""
+        if self.history is None:
+            return
+        known = self.known | {s: round(sec, 1) for s, (computed, sec) in self.finished.items() if computed}
+        self.history.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.history.with_suffix(".tmp")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+        tmp.replace(self.history)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"

@@ -95,6 +95,16 @@ def test_full_pipeline_then_a_cached_stage_rerun(server: dict[str, str]) -> None
                                                            "BM25 + reader", "ICT (ORQA-like)", "REALM"}
     report = json.loads(next((artifacts / "blocks").glob("*/manifest.json")).read_text())
     assert report["rows"]["blocks"] == 612
+    # one progress line for the whole run, in the run's artifacts, and each computed stage's time
+    # kept for the next run's estimate
+    r = prefect(server, "artifact", "inspect", "realm-pipeline-progress")
+    assert r.returncode == 0 and "100" in r.stdout and "stages, " in r.stdout and ", done" in r.stdout, r.stdout
+    reports = Path(server["work"]) / "reports"
+    seconds = json.loads((reports / "stage-seconds-tiny.json").read_text())
+    table = next(reports.glob("pipeline-tiny-*.md")).read_text().split("\n\n## ")[0]
+    computed = {cells[1].strip() for line in table.splitlines()
+                if len(cells := line.split("|")) > 3 and cells[2].strip() == "computed"}
+    assert "pretrain" in computed and set(seconds) == computed, (seconds, table)
     # one stage graph: every CLI command on the same preset finds the flows' artifacts (same keys)
     from typer.testing import CliRunner
 
