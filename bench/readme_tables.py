@@ -10,6 +10,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,12 @@ def _retriever_schedule(cfg: dict[str, Any], budget: dict[str, Any], stats: dict
     return text + f", then at {budget['retriever_lr_scale']:g}x the reader's rate"
 
 
+def _window_mean(steps: list[dict[str, float]], key: str, lo: int, hi: int) -> float:
+    """The mean of `key` over the logged steps lo..hi (inclusive)."""
+    vals = [r[key] for r in steps if lo <= r["step"] <= hi]
+    return float(sum(vals) / len(vals))
+
+
 def collapse_table(result: Result) -> str:
     """The gain runs whose retriever collapsed onto the null block once it trained
     (bench/results/realm_gain_collapse.json, the per-step rows of each run's last checkpoint):
@@ -190,11 +197,7 @@ def collapse_table(result: Result) -> str:
     for name, run in result["runs"].items():
         steps, opened = run["steps"], run["config"]["retriever_trained_from_step"]
         last = int(max(r["step"] for r in steps))
-
-        def mean(key: str, lo: int, hi: int) -> float:
-            vals = [r[key] for r in steps if lo <= r["step"] <= hi]
-            return float(sum(vals) / len(vals))
-
+        mean = partial(_window_mean, steps)
         for lo, hi in ((opened - 50, opened - 1), (opened, opened + 24), (opened + 25, last)):
             if lo > hi:
                 continue
