@@ -209,16 +209,20 @@ def collapse_table(result: Result) -> str:
         notes.append(f"*{name}*: the encoders trained from step {opened}; p(null) passed 0.5 {past[0.5]} steps "
                      f"later and 0.99 {past[0.99]} steps later; stopped at step {last}.")
     first = next(iter(result["runs"].values()))
-    ev = first["evals"][-1] if first["evals"] else None
     cfg = first["config"]
-    text = (f"Both runs: batch {cfg['batch_size']}, encoders at {cfg['retriever_lr_scale']:g}x the reader's rate once "
+    text = (f"Every run: batch {cfg['batch_size']}, encoders at {cfg['retriever_lr_scale']:g}x the reader's rate once "
             f"they train, the same seeds and batches (identical to step {cfg['retriever_frozen_steps']}). "
             + " ".join(notes))
-    if ev:
-        text += (f" The held-out evaluation at step {int(ev['step'])} (before either trained its encoders): "
-                 f"{100 * ev['span_accuracy']:.1f}% of {int(ev['examples']):,} spans, the span in a retrieved block "
-                 f"for {100 * ev['answer_retrieved']:.1f}%, utility {ev['retrieval_utility']:+.3f}; the null-only run "
-                 f"ended its {result['null_only']['steps']:,} steps at "
+    longest = max(result["runs"].values(), key=lambda r: len(r["evals"]))
+    frozen = [e for e in longest["evals"] if e["step"] < longest["config"]["retriever_trained_from_step"]]
+    if frozen:
+        text += (" Held-out evaluations with the encoders still frozen (steps "
+                 + ", ".join(f"{int(e['step'])}" for e in frozen) + "): span accuracy "
+                 + ", ".join(f"{100 * e['span_accuracy']:.1f}%" for e in frozen) + " of "
+                 f"{int(frozen[-1]['examples']):,} spans, retrieval utility "
+                 + ", ".join(f"{e['retrieval_utility']:+.3f}" for e in frozen)
+                 + f", the span in a retrieved block for {100 * frozen[-1]['answer_retrieved']:.1f}%; the null-only "
+                 f"run ended its {result['null_only']['steps']:,} steps at "
                  f"{100 * result['null_only']['heldout_span_accuracy']:.1f}%.")
     return "\n".join([*lines, "", text])
 

@@ -19,7 +19,8 @@ accelerator waits on, is labelled `realm.search` and `realm.batching` for `torch
 (bench/gpu.py reads them); the labels cost nothing when no profiler runs.
 
 Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim,
-V vocabulary, U distinct blocks of a step (null included), E held-out examples, S logged steps.
+V vocabulary, U distinct blocks of a step (null included), E held-out examples, S logged steps,
+W steps in the unfreeze gate's window.
 """
 
 from __future__ import annotations
