@@ -220,8 +220,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
             temperatures[name] = {"form": form, "temperature": temperature, "dev_em": dev_em}
         run_config = finetune_config.model_copy(update={"form": form})
         for d, qs in datasets.items():
-            mask = [q.passage is not None for q in qs] if name == GOLD_SYSTEM else [True] * len(qs)
-            if not all(mask):
+            if retriever.needs_passage and any(q.passage is None for q in qs):
                 continue  # the gold-paragraph reader needs every question's own passage (SQuAD)
             preds = predict(models, retriever, qs, blocks, tokenizer, run_config, config.answer_candidates,
                             config.batch_size, progress, (temperature,), placement=place)[temperature]

@@ -102,6 +102,7 @@ class Retriever:
     trainable: ClassVar[bool] = False
     retrieves: ClassVar[bool] = False            # proposes blocks at all
     needs_query_encoder: ClassVar[bool] = False  # a (trainable) query encoder
+    needs_passage: ClassVar[bool] = False        # each question's own gold passage (SQuAD only)
 
     def __init__(self, blocks: Corpus, top_k: int) -> None:
         self.blocks, self.top_k = blocks, top_k
@@ -137,6 +138,7 @@ class GoldPassage(Retriever):
 
     name = "gold"
     retrieves = True
+    needs_passage = True
 
     def propose(self, questions: list[Any], candidates: np.ndarray | None = None) -> Proposal:
         missing = [getattr(q, "qid", q.question) for q in questions if q.passage is None]
