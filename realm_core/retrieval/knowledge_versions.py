@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from realm_core.artifacts import sha256_file
 from realm_core.errors import ArtifactError, ConfigError, CorruptArtifactError
+from realm_core.retrieval.versions import read_pointer
 
 FOLDER = "knowledge"
 POINTER = "CURRENT"
@@ -202,13 +203,7 @@ class KnowledgeCorpus:
         return sorted(int(p.parent.name[1:]) for p in self.root.glob("v*/manifest.json"))
 
     def current_number(self) -> int | None:
-        pointer = self.root / POINTER
-        if not pointer.is_file():
-            return None
-        try:
-            return int(json.loads(pointer.read_text())["version"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise ArtifactError(f"{pointer}: corrupt knowledge pointer ({e})") from None
+        return read_pointer(self.root / POINTER, "version", "knowledge")
 
     def version(self, number: int) -> KnowledgeVersion:
         path = self.root / version_name(number)

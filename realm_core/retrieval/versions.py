@@ -90,14 +90,19 @@ def set_current(store: ArtifactStore, step: int, *, only_if_newer: bool = True) 
     return True
 
 
-def current_step(store: ArtifactStore) -> int | None:
-    pointer = Path(store.root) / KIND / POINTER
+def read_pointer(pointer: Path, field: str, what: str) -> int | None:
+    """The number a `CURRENT` pointer file names under `field` (None when there is no pointer
+    yet); a pointer that does not parse is an ArtifactError naming it as `what`."""
     if not pointer.is_file():
         return None
     try:
-        return int(json.loads(pointer.read_text())["step"])
+        return int(json.loads(pointer.read_text())[field])
     except (ValueError, KeyError, TypeError) as e:
-        raise ArtifactError(f"{pointer}: corrupt index pointer ({e})") from None
+        raise ArtifactError(f"{pointer}: corrupt {what} pointer ({e})") from None
+
+
+def current_step(store: ArtifactStore) -> int | None:
+    return read_pointer(Path(store.root) / KIND / POINTER, "step", "index")
 
 
 def versions(store: ArtifactStore) -> list[int]:
