@@ -35,10 +35,10 @@ import numpy as np
 from realm_core.pretrain.batches import (
     BlockTexts,
     doc_encoder_inputs,
-    reader_batch,
     retrieve_candidates,
 )
-from realm_core.pretrain.heldout import is_heldout
+from realm_core.pretrain.heldout import continuation_ids, is_heldout
+from realm_core.pretrain.reading import read_blocks
 from realm_core.spans.masking import MaskedExample
 
 # spaCy's en_core_web_sm tags each as GPE in every birthplace phrasing below (checked by
@@ -254,16 +254,6 @@ def gold_block_accuracy(reader: Any, examples: Sequence[MaskedExample], gold: np
                         blocks: BlockTexts, tokenizer: Any, reader_length: int, batch_size: int = 16) -> float:
     """Fraction of examples whose every masked wordpiece the reader predicts when it reads the
     gold block (and only it): what the reader can do once retrieval is right."""
-    import torch
-
-    reader.eval()
-    hits = 0
-    with torch.no_grad():
-        for start in range(0, len(examples), batch_size):
-            chunk = list(examples[start:start + batch_size])
-            batch = reader_batch(chunk, gold[start:start + len(chunk), None], blocks, tokenizer, reader_length)
-            log_probs = reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, 2, M, V)
-            predicted = log_probs[:, 1].argmax(-1)  # (B, M): the gold block's slot
-            right = (predicted == batch.targets) | ~batch.target_mask
-            hits += int(right.all(-1).sum())
-    return hits / max(len(examples), 1)
+    reading = read_blocks(reader, examples, gold, blocks, tokenizer, reader_length, continuation_ids(tokenizer),
+                          batch_size)
+    return float(reading.block_correct.mean()) if len(examples) else 0.0

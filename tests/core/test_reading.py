@@ -1,0 +1,78 @@
+import numpy as np
+import pyarrow as pa
+import torch
+
+from realm_core.bert import load_tokenizer
+from realm_core.config import BUNDLED_ENCODER
+from realm_core.pretrain.batches import BlockTexts
+from realm_core.pretrain.heldout import SpanLocator, continuation_ids, title_body_wordpieces
+from realm_core.pretrain.reading import oracle_blocks, read_blocks
+from realm_core.spans.masking import MaskedExample
+
+BLOCKS = pa.table({
+    "block_id": [0, 1, 2, 3, 4],
+    "doc_id": ["a:1", "b:2", "c:3", "d:4", "e:5"],
+    "title": ["Ada Lovelace", "ada lovelace", "Thames", "Paris", "Babbage"],
+    "text": ["She was born in London", "London was her home", "The Thames flows through London",
+             "Paris is not London", "Babbage designed an engine"],
+})
+
+
+def _london(tok) -> MaskedExample:  # type: ignore[no-untyped-def]
+    """`[MASK] is big .` with `london` masked, from block 0 (article a:1)."""
+    ids = tok("London is big.")["input_ids"]
+    return MaskedExample([ids[0], tok.mask_token_id, *ids[2:]], [1], [ids[1]], 0, "a:1", 0)
+
+
+def test_the_oracle_block_is_the_best_scored_allowed_holder_and_its_rank_counts_allowed_blocks() -> None:
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    blocks = BlockTexts.from_table(BLOCKS)
+    locator = SpanLocator(title_body_wordpieces(blocks, tok), continuation_ids(tok))
+    # scores: the query's own block 0 and its article's copy 1 (same title) are trivial
+    # retrievals and never count; block 4 holds no `london` but outranks both holders 2 and 3
+    scores = np.array([10.0, 9.0, 3.0, 4.0, 5.0], dtype=np.float32)
+    vectors = np.diag(scores)                   # (N, D): block z on the z-th axis
+    query = np.ones((1, 5), dtype=np.float32)   # (E, D): its score for block z is scores[z]
+    got = oracle_blocks([_london(tok)], query, vectors, locator, blocks, "block")
+    assert got.block.tolist() == [3]   # the better scored of the two allowed holders
+    assert got.rank.tolist() == [2]    # only block 4 ranks above it among allowed blocks
+    assert got.holders.tolist() == [2]
+    # a span no allowed block holds has no oracle block
+    ids = tok("Babbage is big.")["input_ids"]
+    alone = MaskedExample([ids[0], tok.mask_token_id, *ids[2:]], [1], [ids[1]], 4, "e:5", 0)
+    none = oracle_blocks([alone], query, vectors, locator, blocks, "block")
+    assert none.block.tolist() == [-1] and none.rank.tolist() == [0] and none.holders.tolist() == [0]
+
+
+class _LastWordReader(torch.nn.Module):
+    """A reader that predicts, at every masked position, the last word of what it reads."""
+
+    def __init__(self, tok) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.special = torch.tensor(sorted(set(tok.all_special_ids)))
+        self.vocab = tok.vocab_size
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                masked_positions: torch.Tensor) -> torch.Tensor:
+        b, k, t = input_ids.shape
+        word = ~torch.isin(input_ids, self.special) & attention_mask.bool()  # (B, K, T)
+        last = (word * torch.arange(t)).argmax(-1)  # (B, K) the last word's position
+        ids = input_ids.gather(-1, last.unsqueeze(-1)).squeeze(-1)  # (B, K)
+        logits = torch.nn.functional.one_hot(ids, self.vocab).float()  # (B, K, V)
+        m = masked_positions.size(1)
+        return torch.log_softmax(logits.unsqueeze(2).expand(b, k, m, self.vocab) * 10, dim=-1)
+
+
+def test_read_blocks_scores_the_null_block_and_the_given_block_apart_as_the_reader_reads_them() -> None:
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    blocks = BlockTexts.from_table(BLOCKS)
+    ex = _london(tok)
+    reader = _LastWordReader(tok)
+    # read whole: the null row ends in `.` (wrong), block 3 ends in `london` (right, and holds it)
+    whole = read_blocks(reader, [ex, ex], np.array([3, 4]), blocks, tok, 64, continuation_ids(tok))
+    assert whole.null_correct.tolist() == [False, False]
+    assert whole.block_correct.tolist() == [True, False]
+    assert whole.block_holds.tolist() == [True, False]
+    # cut to 10 wordpieces the reader no longer sees `london` in block 3: wrong, and not held
+    cut = read_blocks(reader, [ex], np.array([3]), blocks, tok, 10, continuation_ids(tok))
+    assert cut.block_correct.tolist() == [False] and cut.block_holds.tolist() == [False]
