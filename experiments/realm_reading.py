@@ -1,30 +1,35 @@
-"""Does REALM's pretraining reader copy a span from a block that holds it, on real text?
+"""Does REALM's pretraining reader copy a span from a block that holds it, on real text, and can
+it be taught to?
 
-Retrieval taken out of the question: for every recoverable held-out example of a pretraining run
-(its masked span occurs, as whole words, in a block that is not a trivial retrieval), the oracle
-block is the one of those blocks the warm-started retriever scores highest
+Retrieval taken out of the question: for every recoverable held-out example (its masked span
+occurs, as whole words, in a block that is not a trivial retrieval of its query) the oracle block
+is the one of those blocks the warm-started retriever scores highest
 (`realm_core/pretrain/reading.py`). Each reader predicts the span twice, reading the null block
-alone and reading the oracle block alone:
+alone and reading the oracle block alone; oracle minus null, paired on the same examples with a
+95% interval from resampling articles, is what copying is worth to it. The readers:
 
-- the masked-LM warm-up reader both runs start from,
-- REALM's reader after pretraining (with its encoders frozen or not, as the config says),
-- the null-only run's reader after the same steps.
+- the masked-LM warm-up reader that REALM and null-only start from,
+- REALM's and the null-only run's readers after pretraining, where `experiments/pretrain.py`
+  with the same `--config`/`--set` has trained them (skipped, and said so, where not),
+- with `--copy-steps N`, the warm-up reader trained N more steps to predict training spans
+  reading their oracle block alone (`train_copy_reader`; held-out articles never read).
 
-Oracle minus null block, paired on the same examples with a 95% interval from resampling
-articles, is what copying is worth to each reader; REALM's reader against the null-only reader
-on the oracle block is what pretraining with retrieved blocks taught it. The oracle block's rank
-under the retriever says how far retrieval is from bringing it (REALM reads the top
-`pretrain.top_k - 1`).
+For the warm-up and the copy-trained reader, `--eval-examples` held-out examples are also scored
+as pretraining scores them: the marginal over the warm-started retriever's top-k plus the null
+block (encoders frozen) against the null block alone. That is REALM's gain at its first step
+for a reader that reads as well as this one.
 
-The runs come from the artifact cache (`experiments/pretrain.py` with the same `--config` and
-`--set` trains them); nothing trains here.
+Nothing upstream trains here: the blocks, spans, retriever and warm-up reader come from the
+artifact cache (`experiments/pretrain.py` or `make demo` computes them).
 
-    .venv/bin/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml [--set s.f=v] [--name N]
+    .venv/bin/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml [--copy-steps 300] [--set s.f=v]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import platform
 import sys
@@ -43,6 +48,7 @@ from peers import write_result  # noqa: E402
 from realm_core.artifacts import ArtifactStore
 from realm_core.cache import existing_artifacts_only
 from realm_core.config import load_config, work_dir
+from realm_core.errors import MissingArtifactError
 from realm_core.graph import Resolver
 from realm_core.pretrain.ablations import table2
 from realm_core.pretrain.heldout import article_bootstrap
@@ -53,7 +59,7 @@ log = logging.getLogger("experiments.realm_reading")
 
 def paired(a: np.ndarray, b: np.ndarray, articles: list[str]) -> dict[str, Any]:
     """mean(a) - mean(b) on the same examples with its 95% interval over articles."""
-    delta, lo, hi = article_bootstrap(a.astype(float), b.astype(float), articles)
+    delta, lo, hi = article_bootstrap(np.asarray(a, float).tolist(), np.asarray(b, float).tolist(), articles)
     return {"delta": delta, "ci95": [lo, hi]}
 
 
@@ -63,6 +69,11 @@ def main() -> None:
     ap.add_argument("--root", default=None, help="artifact store (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--config", default=None, help="the YAML file the runs were trained with")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
+    ap.add_argument("--copy-steps", type=int, default=0, help="train a copy reader this many steps (0: none)")
+    ap.add_argument("--copy-batch", type=int, default=16, help="examples per copy step")
+    ap.add_argument("--copy-lr", type=float, default=None, help="peak learning rate (default: pretrain.learning_rate)")
+    ap.add_argument("--eval-examples", type=int, default=500,
+                    help="held-out examples scored with retrieval against the null block alone (0: skip)")
     ap.add_argument("--name", default="realm_reading", help="bench/results/<name>.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -77,118 +88,192 @@ def main() -> None:
         split_heldout,
         title_body_wordpieces,
     )
+    from realm_core.pretrain.loop import PretrainData, RealmModels, evaluate
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
-    from realm_core.pretrain.reading import oracle_blocks, read_blocks
+    from realm_core.pretrain.reading import (
+        CopyTraining,
+        oracle_blocks,
+        read_blocks,
+        train_copy_reader,
+    )
+    from realm_core.pretrain.refresh import IndexHandle
     from realm_core.pretrain.stage import run_warm_reader
     from realm_core.retrieval.embed import embed_token_ids, load_embeddings
     from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.index import MipsIndex
     from realm_core.retrieval.stage import run_embed_blocks
     from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
     from realm_core.spans.masking import iter_examples
 
     t0 = time.perf_counter()
-    store = ArtifactStore(args.root or work_dir() / "artifacts")
+    root = Path(args.root) if args.root else work_dir() / "artifacts"
+    store = ArtifactStore(root)
     cfg = load_config(args.preset, args.config, args.overrides)
     p = cfg.pretrain
     if p.warm_start == "none":
         raise SystemExit("error: the oracle block is the warm-started retriever's pick; pretrain.warm_start is none")
-    rows = table2(cfg)
-    names = list(rows)[:2]  # REALM, null only
+    placement = Placement.from_env(p.device, p.precision)
     runs: dict[str, Any] = {}
-    with existing_artifacts_only():  # read what experiments/pretrain.py trained; train nothing
-        for name in names:
-            variant = load_config(args.preset, args.config, [*args.overrides, *rows[name]])
-            result = Resolver(variant, store).run("pretrain")
-            assert result.ref is not None
-            runs[name] = {"ref": result.ref, "stats": result.stats,
-                          "heldout_rows": store.open(result.ref).read_table("pretrain_heldout").to_pylist()}
+    with existing_artifacts_only():  # read what was trained; train nothing
         resolver = Resolver(cfg, store)
-        blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
-        placement = Placement.from_env(p.device, p.precision)
-        warm_reader = run_warm_reader(store, blocks_ref, p, placement)
-        emb = run_embed_blocks(store, blocks_ref, cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(warm_ref)}))
+        try:
+            blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
+            warm_reader = run_warm_reader(store, blocks_ref, p, placement)
+            emb = run_embed_blocks(store, blocks_ref,
+                                   cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(warm_ref)}))
+        except MissingArtifactError as e:
+            raise SystemExit(f"error: {root}: {e}; run experiments/pretrain.py with the same --config first") from None
+        for name, extra in list(table2(cfg).items())[:2]:  # REALM, null only
+            variant = load_config(args.preset, args.config, [*args.overrides, *extra])
+            try:
+                trained = Resolver(variant, store).run("pretrain")
+            except MissingArtifactError:
+                log.info("%s: not trained at this config yet; its reader is left out", name)
+                continue
+            assert trained.ref is not None
+            runs[name] = {"ref": trained.ref, "stats": trained.stats,
+                          "heldout_rows": store.open(trained.ref).read_table("pretrain_heldout").to_pylist()}
     assert emb.ref is not None
 
-    # the held-out examples exactly as the stage built and drew them (checked against its rows)
+    # the examples exactly as the pretraining stage builds and splits them
     blocks_art = store.open(blocks_ref, kind="blocks")
     spans_art = store.open(spans_ref, kind="salient_spans")
     encoder = blocks_tokenizer(blocks_art, {"chunk.encoder": cfg.chunk.encoder, "pretrain.reader_encoder": p.reader_encoder})
     tokenizer = load_tokenizer(p.reader_encoder)
     blocks = BlockTexts.from_table(blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
     examples = list(iter_examples(blocks_art, spans_art, cfg.masking, tokenizer, None, encoder))
-    _, heldout = split_heldout(examples, p.heldout_every, p.eval_examples, p.seed)
-    realm_rows, null_rows = runs["REALM"]["heldout_rows"], runs["null only (BERT baseline)"]["heldout_rows"]
+    train, heldout = split_heldout(examples, p.heldout_every, p.eval_examples, p.seed)
     for name, run in runs.items():
         if [(r["doc_id"], r["block_id"]) for r in run["heldout_rows"]] != [(e.doc_id, e.block_id) for e in heldout]:
             raise SystemExit(f"error: {run['ref'].path}: {name} scored other held-out examples than the ones rebuilt here")
-    keep = [i for i, r in enumerate(realm_rows) if r["recoverable"]]
-    scored = [heldout[i] for i in keep]
-    log.info("%d held-out examples, %d recoverable", len(heldout), len(scored))
 
     # the warm-started retriever's pick among the allowed blocks that hold each span
     vectors = load_embeddings(Path(emb.ref.path) / "embeddings", store.open(emb.ref).manifest["embeddings"],
                               len(blocks))  # (N, D) what REALM's first index holds
     query_encoder = RetrieverEncoder.from_pretrained(query_encoder_dir(warm_ref))
-    queries = embed_token_ids(query_encoder, [e.input_ids for e in scored], tokenizer.pad_token_id, 64,
-                              precision=placement.precision)  # (E, D)
+    doc_encoder = RetrieverEncoder.from_pretrained(doc_encoder_dir(warm_ref))
     continuation = continuation_ids(tokenizer)
     locator = SpanLocator(title_body_wordpieces(blocks, tokenizer), continuation)
-    oracle = oracle_blocks(scored, queries, vectors, locator, blocks, p.exclusion)
-    found = np.flatnonzero(oracle.block >= 0)
-    if len(found) != len(scored):
-        log.warning("%d recoverable examples have no allowed holder here; they are left out", len(scored) - len(found))
-    scored = [scored[i] for i in found]
+
+    def oracle_for(chosen: list[Any], ranks: bool = True) -> Any:
+        q = embed_token_ids(query_encoder, [e.input_ids for e in chosen], tokenizer.pad_token_id, 64,
+                            precision=placement.precision)  # (E, D)
+        return oracle_blocks(chosen, q, vectors, locator, blocks, p.exclusion, ranks)
+
+    oracle = oracle_for(heldout)
+    found = np.flatnonzero(oracle.block >= 0)  # the recoverable held-out examples
+    scored = [heldout[i] for i in found]
     chosen, ranks = oracle.block[found], oracle.rank[found]
     articles = [e.doc_id for e in scored]
+    log.info("%d held-out examples, %d recoverable", len(heldout), len(scored))
+    for name, run in runs.items():
+        flags = [bool(r["recoverable"]) for r in run["heldout_rows"]]
+        if flags != [bool(h) for h in oracle.holders > 0]:
+            raise SystemExit(f"error: {name}: the stage's recoverable flags differ from the holders found here")
 
-    readers = {"warm-up reader (before pretraining)": reader_mlm_dir(warm_reader.ref) if warm_reader else p.reader_encoder,
-               "REALM reader": str(Path(runs["REALM"]["ref"].path) / "reader"),
-               "null-only reader": str(Path(runs["null only (BERT baseline)"]["ref"].path) / "reader")}
+    readers: dict[str, str] = {"warm-up reader": reader_mlm_dir(warm_reader.ref) if warm_reader else p.reader_encoder}
+    for name, label in (("REALM", "REALM reader"), ("null only (BERT baseline)", "null-only reader")):
+        if name in runs:
+            readers[label] = str(Path(runs[name]["ref"].path) / "reader")
+
+    copy: dict[str, Any] | None = None
+    copy_reader = None
+    if args.copy_steps > 0:
+        # training examples with an allowed holder, in a seeded order; as many as the steps draw from
+        order = np.random.default_rng(p.seed).permutation(len(train))
+        pool = [train[int(i)] for i in order[: min(len(train), 3 * args.copy_steps * args.copy_batch)]]
+        train_oracle = oracle_for(pool, ranks=False)
+        keep = np.flatnonzero(train_oracle.block >= 0)
+        evidence_examples = [pool[i] for i in keep]
+        training = CopyTraining(steps=args.copy_steps, batch_size=args.copy_batch,
+                                learning_rate=args.copy_lr or p.learning_rate, reader_length=p.reader_length,
+                                warmup_steps=max(1, args.copy_steps // 10), seed=p.seed)
+        tag = hashlib.sha256(json.dumps([readers["warm-up reader"], warm_ref.content_hash, training.__dict__,
+                                         len(evidence_examples)], sort_keys=True).encode()).hexdigest()[:12]
+        checkpoints = work_dir() / "experiments" / "reader-copy" / tag
+        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(readers["warm-up reader"], dropout=p.dropout, seed=p.seed)
+        curve = train_copy_reader(copy_reader, evidence_examples, train_oracle.block[keep], blocks, tokenizer,
+                                  training, checkpoints, placement, LogProgress(log, every=60))
+        tail = curve[-min(50, len(curve)):]
+        copy = {"steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
+                "training_examples": len(evidence_examples), "pool": len(pool),
+                "final_train_span_accuracy": sum(r["span_accuracy"] for r in tail) / len(tail),
+                "final_train_loss": sum(r["loss"] for r in tail) / len(tail), "checkpoints": str(checkpoints),
+                "curve": [{k: r[k] for k in ("step", "loss", "span_accuracy")} for r in curve]}
+
     measured: dict[str, Any] = {}
+    correct: dict[str, np.ndarray] = {}
     holds = None
-    for name, source in readers.items():
-        reader = KnowledgeAugmentedEncoder.from_pretrained(source)
+    models: dict[str, Any] = {}
+    for name, source in [*readers.items(), *([("copy-trained reader", None)] if copy_reader is not None else [])]:
+        reader = copy_reader if source is None else KnowledgeAugmentedEncoder.from_pretrained(source)
+        models[name] = reader
         bar = LogProgress(log, every=60)
-        bar.start(f"{name}: each example read with the null and the oracle block", len(scored), "examples")
+        bar.start(f"{name}: each recoverable example read with the null and the oracle block", len(scored), "examples")
         reading = read_blocks(reader, scored, chosen, blocks, tokenizer, p.reader_length, continuation,
                               compute=placement.compute, progress=bar.advance)
         bar.finish()
         holds = reading.block_holds
+        correct[name] = reading.block_correct
         measured[name] = {"null_block_accuracy": float(reading.null_correct.mean()),
                           "oracle_block_accuracy": float(reading.block_correct.mean()),
-                          "oracle_minus_null": paired(reading.block_correct, reading.null_correct, articles),
-                          "correct_oracle": reading.block_correct.tolist()}
-    # what the runs themselves scored on these examples (their marginal over what REALM retrieved)
-    index_of = {i: j for j, i in enumerate(keep)}
-    picked = [keep[j] for j in found]
-    assert all(index_of[i] == j for i, j in zip(picked, found, strict=True))
-    realm_marginal = np.asarray([realm_rows[i]["correct"] for i in picked], dtype=bool)
-    null_marginal = np.asarray([null_rows[i]["correct"] for i in picked], dtype=bool)
-    realm_oracle = np.asarray(measured["REALM reader"].pop("correct_oracle"), dtype=bool)
-    null_oracle = np.asarray(measured["null-only reader"].pop("correct_oracle"), dtype=bool)
-    measured["warm-up reader (before pretraining)"].pop("correct_oracle")
+                          "oracle_minus_null": paired(reading.block_correct, reading.null_correct, articles)}
+
+    # as pretraining scores them: the marginal over the frozen retriever's top-k and the null block
+    marginal: dict[str, Any] = {}
+    if args.eval_examples > 0:
+        index = MipsIndex.build(vectors.shape[1])
+        index.add(vectors, np.arange(len(blocks), dtype=np.int64))
+        handle = IndexHandle(index, query_encoder.step)
+        data = PretrainData(train, heldout, blocks, tokenizer)
+        frozen = p.model_copy(update={"freeze_retriever": True})
+        n = min(args.eval_examples, len(heldout))
+        eval_articles = [e.doc_id for e in heldout[:n]]
+        for name in [n_ for n_ in ("warm-up reader", "copy-trained reader") if n_ in models]:
+            rows: dict[str, list[dict[str, float]]] = {}
+            for mode, idx in (("retrieval", handle), ("null block", None)):
+                rows[mode] = []
+                log.info("%s: %d held-out examples, %s", name, n, mode)
+                m = RealmModels(models[name], query_encoder, doc_encoder)
+                evaluate(m, data, idx, frozen, n, placement, per_example=rows[mode])
+                models[name].eval()
+            with_r = np.asarray([r["correct"] for r in rows["retrieval"]])
+            alone = np.asarray([r["correct"] for r in rows["null block"]])
+            found_r = np.asarray([r["answer_retrieved"] for r in rows["retrieval"]]) > 0.5
+            marginal[name] = {"examples": n, "retrieval_accuracy": float(with_r.mean()),
+                              "null_block_accuracy": float(alone.mean()),
+                              "retrieval_minus_null": paired(with_r, alone, eval_articles),
+                              "answer_retrieved": float(found_r.mean()),
+                              "answer_retrieved_retrieval_accuracy": float(with_r[found_r].mean()) if found_r.any() else None,
+                              "answer_retrieved_null_accuracy": float(alone[found_r].mean()) if found_r.any() else None}
+
     top = p.top_k - 1
-    result = {
+    result: dict[str, Any] = {
         "question": "does the pretraining reader copy a span from a block that holds it, on real text?",
         "preset": args.preset, "config_file": args.config, "overrides": args.overrides,
-        "machine": platform.machine(), "seconds": round(time.perf_counter() - t0, 1),
-        "steps": p.steps, "batch_size": p.batch_size, "freeze_retriever": p.freeze_retriever,
+        "machine": platform.machine(), "precision": placement.precision, "seconds": round(time.perf_counter() - t0, 1),
+        "pretrain_steps": p.steps, "batch_size": p.batch_size, "freeze_retriever": p.freeze_retriever,
         "reader_length": p.reader_length, "top_k": p.top_k,
-        "heldout_examples": len(heldout), "recoverable": len(keep), "scored": len(scored),
+        "heldout_examples": len(heldout), "recoverable": len(scored),
         "oracle_holds_span_as_read": float(np.mean(holds)) if holds is not None else None,
         "oracle_rank": {"median": float(np.median(ranks)), f"within_top_{top}": float(np.mean(ranks <= top)),
                         "within_top_100": float(np.mean(ranks <= 100))},
         "holders_median": float(np.median(oracle.holders[found])),
-        "readers": measured,
-        "runs_marginal": {"REALM": float(realm_marginal.mean()), "null only": float(null_marginal.mean()),
-                          "REALM minus null only": paired(realm_marginal, null_marginal, articles)},
-        "realm_minus_null_reader_on_oracle": paired(realm_oracle, null_oracle, articles),
+        "readers": measured, "copy_training": copy, "marginal": marginal,
     }
+    if "REALM reader" in correct and "null-only reader" in correct:
+        result["realm_minus_null_reader_on_oracle"] = paired(correct["REALM reader"], correct["null-only reader"], articles)
+    if "copy-trained reader" in correct:
+        result["copy_minus_warmup_on_oracle"] = paired(correct["copy-trained reader"], correct["warm-up reader"], articles)
     for name, m in measured.items():
         d = m["oracle_minus_null"]
-        print(f"{name:38s} null block {m['null_block_accuracy']:.3f}  oracle block {m['oracle_block_accuracy']:.3f}  "
+        print(f"{name:22s} null block {m['null_block_accuracy']:.3f}  oracle block {m['oracle_block_accuracy']:.3f}  "
               f"oracle - null {d['delta']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]")
+    for name, m in marginal.items():
+        d = m["retrieval_minus_null"]
+        print(f"{name:22s} retrieval {m['retrieval_accuracy']:.3f}  null block {m['null_block_accuracy']:.3f}  "
+              f"diff {d['delta']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}] on {m['examples']}")
     write_result(args.name, result)
 
 

@@ -25,20 +25,30 @@ from typing import Any
 import numpy as np
 
 from realm_core.pretrain.batches import BlockTexts, reader_batch
-from realm_core.pretrain.heldout import SpanLocator, allowed, answer_retrieved, masked_runs
+from realm_core.pretrain.heldout import SpanLocator, answer_retrieved, masked_runs
 from realm_core.spans.masking import MaskedExample
 
 
 @dataclass(frozen=True)
 class OracleBlocks:
     block: np.ndarray    # (E,) the best-scored allowed block holding the span; -1 where none does
-    rank: np.ndarray     # (E,) 1-based rank of that block among all allowed blocks; 0 where none
+    rank: np.ndarray     # (E,) 1-based rank of that block among all allowed blocks; 0 where none or not asked
     holders: np.ndarray  # (E,) how many allowed blocks hold the span
 
 
+def allowed_among(candidates: np.ndarray, example: MaskedExample, blocks: BlockTexts, exclusion: str) -> np.ndarray:
+    """(C,) `heldout.allowed` for each of `candidates` (C,) at once."""
+    own_doc, own_title = blocks.doc_ids[example.block_id], blocks.title_keys[example.block_id]
+    docs, titles = blocks.doc_ids[candidates], blocks.title_keys[candidates]
+    if exclusion == "article":
+        return np.asarray((docs != own_doc) & (titles != own_title), dtype=bool)
+    return np.asarray((candidates != example.block_id) & ((docs == own_doc) | (titles != own_title)), dtype=bool)
+
+
 def oracle_blocks(examples: Sequence[MaskedExample], query_vectors: np.ndarray, block_vectors: np.ndarray,
-                  locator: SpanLocator, blocks: BlockTexts, exclusion: str) -> OracleBlocks:
-    """The allowed block holding each example's span that the retriever scores highest.
+                  locator: SpanLocator, blocks: BlockTexts, exclusion: str, ranks: bool = True) -> OracleBlocks:
+    """The allowed block holding each example's span that the retriever scores highest, and (with
+    `ranks`) its rank among the allowed blocks.
 
     query_vectors: (E, D); block_vectors: (N, D), the index's vectors of every block."""
     if len(query_vectors) != len(examples):
@@ -49,15 +59,17 @@ def oracle_blocks(examples: Sequence[MaskedExample], query_vectors: np.ndarray, 
     for i, ex in enumerate(examples):
         runs = masked_runs(ex)
         holders = set.intersection(*(locator.blocks_with(run) for run in runs)) if runs else set()
-        ok = np.asarray(sorted(z for z in holders if allowed(z, ex, blocks, exclusion)), dtype=np.int64)
+        held = np.asarray(sorted(holders), dtype=np.int64)
+        ok = held[allowed_among(held, ex, blocks, exclusion)] if len(held) else held
         count[i] = len(ok)
         if not len(ok):
             continue
         scores = block_vectors @ query_vectors[i]  # (N,)
         z = int(ok[np.argmax(scores[ok])])
         best[i] = z
-        higher = np.flatnonzero(scores > scores[z])  # (<N,) blocks ranked above it
-        rank[i] = 1 + sum(allowed(int(h), ex, blocks, exclusion) for h in higher)
+        if ranks:
+            higher = np.flatnonzero(scores > scores[z])  # blocks ranked above it
+            rank[i] = 1 + int(allowed_among(higher, ex, blocks, exclusion).sum())
     return OracleBlocks(best, rank, count)
 
 
@@ -94,5 +106,88 @@ def read_blocks(reader: Any, examples: Sequence[MaskedExample], chosen: np.ndarr
             holds.append(answer_retrieved(chunk, batch.input_ids.numpy(), batch.block_mask.numpy(), continuation))
             if progress is not None:
                 progress(len(chunk))
-    cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, dtype=bool))  # noqa: E731
-    return Reading(cat(null_c), cat(block_c), cat(holds))
+    return Reading(_concat(null_c), _concat(block_c), _concat(holds))
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+@dataclass(frozen=True)
+class CopyTraining:
+    """How `train_copy_reader` trains: AdamW with linear warm-up and decay (BERT's schedule)."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    reader_length: int
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 50
+
+
+def train_copy_reader(reader: Any, examples: Sequence[MaskedExample], evidence: np.ndarray, blocks: BlockTexts,
+                      tokenizer: Any, config: CopyTraining, checkpoint_root: Any, placement: Any,
+                      progress: Any) -> list[dict[str, float]]:
+    """Train `reader` in place to predict each example's masked span reading its `evidence` block
+    alone (evidence: (E,) block ids, every one >= 0, e.g. `oracle_blocks`): the loss is
+    -log p(y|x,z) of REALM's reader with z given. Batches and dropout are functions of
+    (seed, step); resumes from the newest checkpoint under `checkpoint_root`."""
+    import torch
+
+    from realm_core.training import (
+        adamw,
+        latest_checkpoint,
+        learning_rate_at,
+        restore_checkpoint,
+        save_checkpoint,
+        set_learning_rate,
+        step_seed,
+    )
+
+    if len(evidence) != len(examples) or len(examples) < config.batch_size or int(np.min(evidence)) < 0:
+        raise ValueError(f"train_copy_reader needs at least batch_size={config.batch_size} examples, "
+                         "each with an evidence block")
+    reader.to(placement.device)
+    reader.train()
+    optimizer = adamw([reader], config.learning_rate, config.weight_decay)
+    curve: list[dict[str, float]] = []
+    start = 0
+    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
+        restore_checkpoint(ckpt, {"reader": reader}, optimizer)
+        start, curve = ckpt.step, ckpt.state["curve"]
+    progress.start("reader copy training (evidence blocks)", config.steps, "steps")
+    progress.advance(start)
+    dev = placement.device
+    for step in range(start, config.steps):
+        picks = np.random.default_rng(step_seed(config.seed, step)).choice(len(examples), config.batch_size,
+                                                                            replace=False)  # (B,)
+        chunk = [examples[int(i)] for i in picks]
+        batch = reader_batch(chunk, evidence[picks, None], blocks, tokenizer, config.reader_length).to(dev)
+        torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout
+        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
+        set_learning_rate(optimizer, lr)
+        optimizer.zero_grad(set_to_none=True)
+        with placement.compute():
+            log_probs = reader(batch.input_ids[:, 1:], batch.attention_mask[:, 1:],
+                               batch.masked_positions)[:, 0]  # (B, M, V): the evidence row only
+        gold = log_probs.gather(-1, batch.targets[..., None]).squeeze(-1) * batch.target_mask  # (B, M)
+        loss = -gold.sum(-1).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(reader.parameters(), config.max_grad_norm)
+        optimizer.step()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"copy step {step + 1}: loss is {loss.item()}; lower the learning rate")
+        with torch.no_grad():
+            right = ((log_probs.argmax(-1) == batch.targets) | ~batch.target_mask).all(-1)  # (B,)
+        curve.append({"step": float(step + 1), "loss": loss.item(), "span_accuracy": float(right.float().mean()),
+                      "learning_rate": lr})
+        progress.advance(1)
+        done = step + 1
+        if done % config.checkpoint_every == 0 or done == config.steps:
+            save_checkpoint(checkpoint_root, done, {"reader": reader}, optimizer, {"curve": curve})
+    progress.finish()
+    reader.eval()
+    return curve

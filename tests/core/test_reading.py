@@ -1,13 +1,22 @@
+"""The oracle block, reading with and without it, and copy training (realm_core/pretrain/reading.py)."""
+
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+import pytest
 import torch
 
 from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER
-from realm_core.pretrain.batches import BlockTexts
+from realm_core.distributed import Placement
+from realm_core.pretrain.batches import BlockTexts, reader_batch
 from realm_core.pretrain.heldout import SpanLocator, continuation_ids, title_body_wordpieces
-from realm_core.pretrain.reading import oracle_blocks, read_blocks
+from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+from realm_core.pretrain.reading import CopyTraining, oracle_blocks, read_blocks, train_copy_reader
+from realm_core.progress import NoProgress
 from realm_core.spans.masking import MaskedExample
+from tests.killing import KillAfter, Killed
 
 BLOCKS = pa.table({
     "block_id": [0, 1, 2, 3, 4],
@@ -76,3 +85,36 @@ def test_read_blocks_scores_the_null_block_and_the_given_block_apart_as_the_read
     # cut to 10 wordpieces the reader no longer sees `london` in block 3: wrong, and not held
     cut = read_blocks(reader, [ex], np.array([3]), blocks, tok, 10, continuation_ids(tok))
     assert cut.block_correct.tolist() == [False] and cut.block_holds.tolist() == [False]
+
+
+def test_copy_training_learns_the_evidence_and_a_killed_run_resumes_to_the_same_weights(
+        tiny_bert: str, tmp_path: Path) -> None:
+    tok = load_tokenizer(tiny_bert)
+    blocks = BlockTexts.from_table(BLOCKS)
+    examples = [_london(tok)] * 3
+    evidence = np.array([2, 3, 2])
+    config = CopyTraining(steps=4, batch_size=2, learning_rate=1e-3, reader_length=32, warmup_steps=1,
+                          checkpoint_every=2)
+
+    def train(root: Path, progress) -> KnowledgeAugmentedEncoder:  # type: ignore[no-untyped-def]
+        reader = KnowledgeAugmentedEncoder.from_pretrained(tiny_bert, dropout=0.0, seed=0)
+        train_copy_reader(reader, examples, evidence, blocks, tok, config, root, Placement.single(), progress)
+        return reader
+
+    def log_p(reader: KnowledgeAugmentedEncoder) -> float:
+        batch = reader_batch(examples[:1], evidence[:1, None], blocks, tok, 32)
+        with torch.no_grad():
+            out = reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (1, 2, M, V)
+        return float(out[0, 1, 0, batch.targets[0, 0]])
+
+    full = train(tmp_path / "a", NoProgress())
+    with pytest.raises(Killed):
+        train(tmp_path / "b", KillAfter(3))  # step 2's checkpoint is on disk, step 3's is not
+    resumed = train(tmp_path / "b", NoProgress())
+    x, y = full.state_dict(), resumed.state_dict()
+    assert all(torch.equal(x[k], y[k]) for k in x)
+    untrained = KnowledgeAugmentedEncoder.from_pretrained(tiny_bert, dropout=0.0, seed=0)
+    assert log_p(full) > log_p(untrained) + 0.2  # the span likelier reading its evidence (a sign error lowers it)
+    with pytest.raises(ValueError, match="evidence block"):
+        train_copy_reader(untrained, examples, np.array([2, -1, 3]), blocks, tok, config, tmp_path / "c",
+                          Placement.single(), NoProgress())
