@@ -12,7 +12,9 @@ alone and reading the oracle block alone; oracle minus null, paired on the same 
 - REALM's and the null-only run's readers after pretraining, where `experiments/pretrain.py`
   with the same `--config`/`--set` has trained them (skipped, and said so, where not),
 - with `--copy-steps N`, the warm-up reader trained N more steps to predict training spans
-  reading their oracle block alone (`train_copy_reader`; held-out articles never read).
+  reading their oracle block alone (`train_copy_reader`; held-out articles never read), saved
+  as a reader directory pretraining can start from (`--set pretrain.reader_mlm.steps=0
+  --set pretrain.reader_encoder=DIR`).
 
 For the warm-up and the copy-trained reader, `--eval-examples` held-out examples are also scored
 as pretraining scores them: the marginal over the warm-started retriever's top-k plus the null
@@ -195,8 +197,12 @@ def main() -> None:
         copy_reader = KnowledgeAugmentedEncoder.from_pretrained(readers["warm-up reader"], dropout=p.dropout, seed=p.seed)
         curve = train_copy_reader(copy_reader, evidence_examples, train_oracle.block[keep], blocks, tokenizer,
                                   training, checkpoints, placement, LogProgress(log, every=60))
+        saved = checkpoints / "reader"  # a reader directory pretraining can start from
+        if not (saved / "config.json").is_file():
+            copy_reader.save_pretrained(saved)
+            tokenizer.save_pretrained(str(saved))
         tail = curve[-min(50, len(curve)):]
-        copy = {"steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
+        copy = {"reader": str(saved), "steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
                 "training_examples": len(evidence_examples), "pool": len(pool),
                 "final_train_span_accuracy": sum(r["span_accuracy"] for r in tail) / len(tail),
                 "final_train_loss": sum(r["loss"] for r in tail) / len(tail), "checkpoints": str(checkpoints),

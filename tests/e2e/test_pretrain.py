@@ -174,3 +174,40 @@ def test_the_unfreeze_gate_keeps_the_encoders_frozen_until_retrieval_helps(tiny_
     assert opened.stats["retriever_trained_from_step"] == 2
     assert any(not torch.equal(warm["query_encoder"][k], v)
                for k, v in load_file(str(Path(opened.ref.path) / "query_encoder" / "model.safetensors")).items())
+
+
+def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained_one(
+        tiny_pretrained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """experiments/realm_reading.py over the session's REALM run: the null-only run is not in
+    the cache, so its reader is left out; the copy-trained reader is trained, saved as a reader
+    directory and scored both ways."""
+    import sys
+
+    from tests.conftest import PRETRAIN_SETTINGS
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import peers
+    import realm_reading
+
+    root = tmp_path / "art"
+    shutil.copytree(tiny_pretrained, root)
+    monkeypatch.setattr(peers, "RESULTS", tmp_path / "bench" / "results")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    monkeypatch.setenv("REALM_WORK_DIR", str(tmp_path / "work"))
+    sets = [a for s in PRETRAIN_SETTINGS for a in ("--set", s)]
+    monkeypatch.setattr(sys, "argv", ["realm_reading.py", "--preset", "tiny", "--root", str(root), *sets,
+                                      "--copy-steps", "2", "--copy-batch", "2", "--eval-examples", "4", "--name", "t"])
+    realm_reading.main()
+    result = json.loads((tmp_path / "bench" / "results" / "t.json").read_text())
+    assert list(result["readers"]) == ["warm-up reader", "REALM reader", "copy-trained reader"]
+    run = ArtifactStore(root).open(str(one_artifact(root, "realm_model")), kind="realm_model")
+    rows = run.read_table("pretrain_heldout").to_pylist()
+    assert result["heldout_examples"] == len(rows) and result["recoverable"] == sum(r["recoverable"] for r in rows)
+    for m in result["readers"].values():
+        assert 0 <= m["null_block_accuracy"] <= 1 and 0 <= m["oracle_block_accuracy"] <= 1
+    assert set(result["marginal"]) == {"warm-up reader", "copy-trained reader"}
+    assert all(m["examples"] == min(4, len(rows)) for m in result["marginal"].values())
+    saved = Path(result["copy_training"]["reader"])
+    assert (saved / "config.json").is_file() and (saved / "vocab.txt").is_file()
+    assert saved.is_relative_to(tmp_path / "work")
