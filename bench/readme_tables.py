@@ -695,6 +695,66 @@ def realm_mechanism_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def realm_reading_table(result: Result) -> str:
+    """Whether the pretraining reader copies (experiments/realm_reading.py): each reader's span
+    accuracy on recoverable held-out examples reading the null block alone and the oracle block
+    alone; for the warm-up and copy-trained readers also as pretraining scores them (the marginal
+    over the frozen retriever's top-k and the null block against the null block alone)."""
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}"
+
+    def diff(d: dict[str, Any]) -> str:
+        return f"{100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]"
+
+    lines = ["| reader | null block alone (%) | oracle block alone (%) | oracle - null, points [95% CI] |",
+             "|---|---:|---:|---|"]
+    for name, m in result["readers"].items():
+        lines.append(f"| {name} | {pct(m['null_block_accuracy'])} | **{pct(m['oracle_block_accuracy'])}** | "
+                     f"{diff(m['oracle_minus_null'])} |")
+    rank, top = result["oracle_rank"], result["top_k"] - 1
+    notes = [f"{result['recoverable']:,} of {result['heldout_examples']:,} held-out masked spans are recoverable "
+             f"(the span in an allowed block; a median of {result['holders_median']:.0f} such blocks each); the "
+             f"oracle block is the one the warm-started retriever scores highest, and it ranks within the "
+             f"top {top} (what REALM reads) for {pct(rank[f'within_top_{top}'])}%, within the top 100 for "
+             f"{pct(rank['within_top_100'])}% (median rank {rank['median']:.0f}); cut to the reader's "
+             f"{result['reader_length']} wordpieces it still holds the span for "
+             f"{pct(result['oracle_holds_span_as_read'])}%."]
+    copy = result.get("copy_training")
+    if copy:
+        notes.append(f"The copy-trained reader: the warm-up reader trained {copy['steps']} steps of "
+                     f"{copy['batch_size']} (lr {copy['learning_rate']:g}) to predict training spans reading "
+                     f"their oracle block alone ({copy['training_examples']:,} examples with one, held-out "
+                     f"articles never read); training span accuracy over its last steps "
+                     f"{pct(copy['final_train_span_accuracy'])}%.")
+    if "realm_minus_null_reader_on_oracle" in result:
+        notes.append("REALM's reader minus the null-only reader, both reading the oracle block: "
+                     f"{diff(result['realm_minus_null_reader_on_oracle'])} points.")
+    if "copy_minus_warmup_on_oracle" in result:
+        notes.append("Copy-trained minus warm-up reader, both reading the oracle block: "
+                     f"{diff(result['copy_minus_warmup_on_oracle'])} points.")
+    marginal = result.get("marginal") or {}
+    if marginal:
+        lines += ["", notes.pop(0), "", "As pretraining scores them, on the first held-out examples (all, "
+                  "recoverable or not), encoders frozen:", "",
+                  f"| reader | top-{top} + null block (%) | null block alone (%) | retrieval - null, points "
+                  "[95% CI] | span in a retrieved block (%) | of those: with retrieval / alone (%) |",
+                  "|---|---:|---:|---|---:|---|"]
+        for name, m in marginal.items():
+            lines.append(f"| {name} ({m['examples']:,} examples) | **{pct(m['retrieval_accuracy'])}** | "
+                         f"{pct(m['null_block_accuracy'])} | {diff(m['retrieval_minus_null'])} | "
+                         f"{pct(m['answer_retrieved'])} | {pct(m['answer_retrieved_retrieval_accuracy'])} / "
+                         f"{pct(m['answer_retrieved_null_accuracy'])} |")
+    lines += ["", " ".join(notes)] if notes else []
+    machine = f"{result['precision']} on {result['machine']}"
+    if {"REALM reader", "null-only reader"} & set(result["readers"]):
+        run = "encoders frozen" if result["freeze_retriever"] else "encoders trained"
+        lines += ["", f"The pretraining runs read: {result['pretrain_steps']:,} steps of {result['batch_size']} "
+                  f"({run}); {machine}."]
+    else:
+        lines += ["", f"No pretraining run's reader at this config was in the cache; {machine}."]
+    return "\n".join(lines)
+
+
 def _load(name: str) -> Result | None:
     path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -873,6 +933,7 @@ COLLECTIONS: dict[str, Callable[[], str]] = {"reader_studies": reader_studies_ta
 # a block rendered from another block's result file: {block name: result file name}
 SOURCES = {"openqa_summary": "openqa", "demo_summary": "demo"}
 TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,
+                                            "realm_reading": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,

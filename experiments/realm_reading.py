@@ -21,8 +21,9 @@ as pretraining scores them: the marginal over the warm-started retriever's top-k
 block (encoders frozen) against the null block alone. That is REALM's gain at its first step
 for a reader that reads as well as this one.
 
-Nothing upstream trains here: the blocks, spans, retriever and warm-up reader come from the
-artifact cache (`experiments/pretrain.py` or `make demo` computes them).
+The blocks, spans, warm-started retriever, its block embeddings and the warm-up reader come
+through the artifact cache (computed where missing, shared with `experiments/pretrain.py` at the
+same config); the pretraining runs are only read, never trained here.
 
     .venv/bin/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml [--copy-steps 300] [--set s.f=v]
 """
@@ -116,22 +117,20 @@ def main() -> None:
     if p.warm_start == "none":
         raise SystemExit("error: the oracle block is the warm-started retriever's pick; pretrain.warm_start is none")
     placement = Placement.from_env(p.device, p.precision)
+    # upstream through the cache (computed where missing: the blocks, spans, warm-started
+    # retriever, its block embeddings and the warm-up reader); the pretraining runs only read
+    resolver = Resolver(cfg, store, progress=lambda: LogProgress(log, every=60))
+    blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
+    warm_reader = run_warm_reader(store, blocks_ref, p, placement, LogProgress(log, every=60))
+    emb = run_embed_blocks(store, blocks_ref, cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(warm_ref)}))
     runs: dict[str, Any] = {}
-    with existing_artifacts_only():  # read what was trained; train nothing
-        resolver = Resolver(cfg, store)
-        try:
-            blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
-            warm_reader = run_warm_reader(store, blocks_ref, p, placement)
-            emb = run_embed_blocks(store, blocks_ref,
-                                   cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(warm_ref)}))
-        except MissingArtifactError as e:
-            raise SystemExit(f"error: {root}: {e}; run experiments/pretrain.py with the same --config first") from None
+    with existing_artifacts_only():  # never train a pretraining run here
         for name, extra in list(table2(cfg).items())[:2]:  # REALM, null only
             variant = load_config(args.preset, args.config, [*args.overrides, *extra])
             try:
                 trained = Resolver(variant, store).run("pretrain")
             except MissingArtifactError:
-                log.info("%s: not trained at this config yet; its reader is left out", name)
+                log.info("%s: not trained at this config (experiments/pretrain.py); its reader is left out", name)
                 continue
             assert trained.ref is not None
             runs[name] = {"ref": trained.ref, "stats": trained.stats,

@@ -12,7 +12,8 @@ not say which is missing. These functions take retrieval out of the question:
   block alone, per example, and whether that block, cut as the reader reads it, still holds the
   span. Reading the block minus reading nothing is what copying is worth to this reader.
 
-Shapes: E examples, N blocks, D embedding dim, B batch, M masked positions.
+Shapes: E examples, N blocks, C candidate blocks, D embedding dim, B batch, M masked positions,
+V vocabulary.
 """
 
 from __future__ import annotations
