@@ -1,4 +1,5 @@
-"""Stage configs: one frozen pydantic model per stage, presets, YAML and `stage.field=value` overrides.
+"""Stage configs: one frozen pydantic model per stage, and `load_config`, which validates a preset
+with its YAML file and `stage.field=value` overrides (read by `config_tree`) into a PipelineConfig.
 
 Config is plain data, validated at the boundary and printed at the start of every stage. Its hash
 (`config_hash`) goes into every artifact's manifest and into the artifact's cache key. The base
@@ -13,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from realm_core.config_tree import config_tree
 from realm_core.errors import ConfigError
 from realm_core.presets import PRESETS
 from realm_core.stage_config import (
@@ -338,104 +339,13 @@ class PipelineConfig(StageConfig):
         return {f"{s}.{f}": getattr(getattr(self, s), f) for s, f in BLOCK_VIEWS.items()}
 
 
-def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for k in keys[:-1]:
-        child = node.setdefault(k, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override {dotted!r}: {k!r} is not a section")
-        node = child
-    node[keys[-1]] = value
-
-
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-YAML_MAX_NODES = 100_000  # nodes of a YAML document with its aliases expanded
-
-
-class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """PyYAML's safe loader, refusing a document whose aliases expand it past `YAML_MAX_NODES`
-    nodes: a kilobyte of nested anchors can otherwise stand for billions of values, which a
-    config's validation would walk one by one."""
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        sizes: dict[int, int] = {}
-
-        def size(n: yaml.Node) -> int:  # each distinct node counted once, its expansion summed
-            if id(n) not in sizes:
-                sizes[id(n)] = 1  # a recursive alias counts once, not forever
-                children: list[yaml.Node] = []
-                if isinstance(n, yaml.SequenceNode):
-                    children = list(n.value)
-                elif isinstance(n, yaml.MappingNode):
-                    children = [x for pair in n.value for x in pair]
-                sizes[id(n)] = 1 + sum(size(c) for c in children)
-                if sizes[id(n)] > YAML_MAX_NODES:
-                    raise yaml.YAMLError(f"its aliases expand it past {YAML_MAX_NODES:,} values")
-            return sizes[id(n)]
-
-        size(node)
-        return super().construct_document(node)
-
-
-def load_yaml(text: str, where: str) -> Any:
-    """A YAML document of a user's (a config file, an override's value), safe and bounded; any
-    failure a ConfigError naming `where`."""
-    try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506  (a SafeLoader subclass)
-    except RecursionError:
-        raise ConfigError(f"{where}: expected YAML, found one nested too deeply to read") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{where}: cannot read YAML ({e})") from None
-
-
-# options measured as no gain and removed with their code: a config that sets one is told why
-REMOVED_OPTIONS = {
-    "finetune.query_phase": "ORQA's early update never raised dev recall",
-    "finetune.gold_passage.negatives": "BM25 hard negatives cost BM25 + reader on dev",
-    "finetune.gold_passage.positive": "the corpus-block positive was noise on dev",
-    "ict.pooling": "mean pooling was noise on dev; ICT pools [CLS]",
-}
-
-
-def _refuse_removed(tree: dict[str, Any], where: str) -> None:
-    for dotted, why in REMOVED_OPTIONS.items():
-        node: Any = tree
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None:
-            raise ConfigError(f"{where}: {dotted} was removed ({why}); drop it (docs/configuration.md, "
-                              "'Removed options')")
-
-
 def load_config(preset: str = "demo", yaml_path: str | Path | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
     """Preset, then a YAML file, then `stage.field=value` overrides (values parsed as YAML)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-    tree: dict[str, Any] = {"preset": preset, **json.loads(json.dumps(PRESETS[preset]))}
-    if yaml_path is not None:
-        try:
-            loaded = load_yaml(Path(yaml_path).read_bytes().decode("utf-8"), str(yaml_path))
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{yaml_path}: expected a UTF-8 YAML config, found bad bytes at byte {e.start}") from None
-        except OSError as e:
-            raise ConfigError(f"{yaml_path}: cannot read YAML config ({e.strerror or type(e).__name__})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{yaml_path}: expected a mapping of stage sections")
-        tree = _deep_merge(tree, loaded)
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected stage.field=value")
-        key, raw = item.split("=", 1)
-        _set_path(tree, key.strip(), load_yaml(raw, f"--set {item}"))
-    _refuse_removed(tree, str(yaml_path) if yaml_path is not None else f"preset {preset!r} with --set")
+    tree = config_tree({"preset": preset, **json.loads(json.dumps(PRESETS[preset]))}, yaml_path, overrides,
+                       str(yaml_path) if yaml_path is not None else f"preset {preset!r} with --set")
     try:
         return PipelineConfig.model_validate(tree)
     except ValidationError as e:
