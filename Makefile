@@ -23,7 +23,7 @@ QA_PORT ?= 8000
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism realm-gain realm-reading realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
+.PHONY: venv demo test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism realm-gain realm-reading realm-copy-start realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
 
 venv: $(STAMP)
 
@@ -114,6 +114,17 @@ READING_ARGS ?= --copy-steps 400 --copy-batch 16 --eval-examples 500
 realm-reading: $(STAMP)
 	$(BIN)/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml $(READING_ARGS) $(PRECISION_SET)
 	$(BIN)/python bench/readme_tables.py realm_reading
+
+# REALM from the copy-trained reader `make realm-reading` saved: does the retriever now learn on
+# real text? Then the span-holding block's rank under the run's encoders against ICT's.
+COPY_START = --config experiments/configs/realm_copy_start.yaml --set pretrain.reader_mlm.steps=0 \
+	--set pretrain.reader_encoder=$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading.json"))["copy_training"]["reader"])')
+realm-copy-start: $(STAMP)
+	@test -d "$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading.json"))["copy_training"]["reader"])')" \
+		|| { echo "error: bench/results/realm_reading.json: its copy-trained reader is not on this machine; run make realm-reading first" >&2; exit 2; }
+	$(BIN)/realm pretrain $(COPY_START) $(PRECISION_SET)
+	$(BIN)/python experiments/realm_reading.py $(COPY_START) --eval-examples 0 --name realm_reading_copy_start $(PRECISION_SET)
+	$(BIN)/python bench/readme_tables.py realm_reading_copy_start
 
 # REALM Table 2 at the demo's pretraining budget: every ablation row (docs/experiments/table-2.md).
 realm-table: $(STAMP)

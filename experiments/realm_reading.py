@@ -16,7 +16,15 @@ alone and reading the oracle block alone; oracle minus null, paired on the same 
   as a reader directory pretraining can start from (`--set pretrain.reader_mlm.steps=0
   --set pretrain.reader_encoder=DIR`).
 
-For the warm-up and the copy-trained reader, `--eval-examples` held-out examples are also scored
+Where the masked-LM warm-up is off (`--set pretrain.reader_mlm.steps=0`), the reader the runs
+start from is `pretrain.reader_encoder` ("starting reader"), e.g. a copy-trained one.
+
+For each pretraining run whose encoders trained, retrieval by its own encoders: per recoverable
+example the rank of the best allowed block that holds the span, against the warm-started
+retriever's, paired on the same examples (the real-text counterpart of the mechanism
+experiment's recall@1).
+
+For the starting and the copy-trained reader, `--eval-examples` held-out examples are also scored
 as pretraining scores them: the marginal over the warm-started retriever's top-k plus the null
 block (encoders frozen) against the null block alone. That is REALM's gain at its first step
 for a reader that reads as well as this one.
@@ -173,7 +181,39 @@ def main() -> None:
         if flags != [bool(h) for h in oracle.holders > 0]:
             raise SystemExit(f"error: {name}: the stage's recoverable flags differ from the holders found here")
 
-    readers: dict[str, str] = {"warm-up reader": reader_mlm_dir(warm_reader.ref) if warm_reader else p.reader_encoder}
+    # retrieval by each pretraining run's own encoders: per recoverable example the rank of the
+    # best allowed block that holds its span, against the warm-started retriever's (where REALM's
+    # gradient has taught retrieval, the span-holding blocks rise into the top k)
+    top = p.top_k - 1
+    retrieval: dict[str, Any] = {}
+    for name, run in runs.items():
+        run_dir = Path(run["ref"].path)
+        from_step = run["stats"].get("retriever_trained_from_step")
+        if from_step is None:
+            continue  # the null-only run, or a run whose encoders never trained: ICT's ranks
+        run_emb = run_embed_blocks(store, blocks_ref, cfg.embed.model_copy(update={"doc_encoder": str(run_dir / "doc_encoder")}))
+        assert run_emb.ref is not None
+        run_vectors = load_embeddings(Path(run_emb.ref.path) / "embeddings", store.open(run_emb.ref).manifest["embeddings"],
+                                      len(blocks))  # (N, D)
+        run_query = RetrieverEncoder.from_pretrained(str(run_dir / "query_encoder"))
+        q_run = embed_token_ids(run_query, [e.input_ids for e in scored], tokenizer.pad_token_id, 64,
+                                precision=placement.precision)  # (E, D)
+        run_rank = oracle_blocks(scored, q_run, run_vectors, locator, blocks, p.exclusion).rank  # (E,)
+        retrieval[name] = {
+            "trained_from_step": from_step, "steps": run["stats"]["steps"],
+            "median_rank": {"start": float(np.median(ranks)), "end": float(np.median(run_rank))},
+            f"within_top_{top}": {"start": float(np.mean(ranks <= top)), "end": float(np.mean(run_rank <= top)),
+                                  "end_minus_start": paired(run_rank <= top, ranks <= top, articles)},
+            "within_top_100": {"start": float(np.mean(ranks <= 100)), "end": float(np.mean(run_rank <= 100)),
+                               "end_minus_start": paired(run_rank <= 100, ranks <= 100, articles)},
+            "rank_rose": float(np.mean(run_rank < ranks)), "rank_fell": float(np.mean(run_rank > ranks))}
+        log.info("%s: span-holding block within top %d: %.3f -> %.3f", name, top,
+                 retrieval[name][f"within_top_{top}"]["start"], retrieval[name][f"within_top_{top}"]["end"])
+
+    # the reader pretraining starts from: the masked-LM warm-up's, or pretrain.reader_encoder as
+    # given where the warm-up is off (a copy-trained reader, say)
+    start = "warm-up reader" if warm_reader else "starting reader"
+    readers: dict[str, str] = {start: reader_mlm_dir(warm_reader.ref) if warm_reader else p.reader_encoder}
     for name, label in (("REALM", "REALM reader"), ("null only (BERT baseline)", "null-only reader")):
         if name in runs:
             readers[label] = str(Path(runs[name]["ref"].path) / "reader")
@@ -190,10 +230,10 @@ def main() -> None:
         training = CopyTraining(steps=args.copy_steps, batch_size=args.copy_batch,
                                 learning_rate=args.copy_lr or p.learning_rate, reader_length=p.reader_length,
                                 warmup_steps=max(1, args.copy_steps // 10), seed=p.seed)
-        tag = hashlib.sha256(json.dumps([readers["warm-up reader"], warm_ref.content_hash, training.__dict__,
+        tag = hashlib.sha256(json.dumps([readers[start], warm_ref.content_hash, training.__dict__,
                                          len(evidence_examples)], sort_keys=True).encode()).hexdigest()[:12]
         checkpoints = work_dir() / "experiments" / "reader-copy" / tag
-        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(readers["warm-up reader"], dropout=p.dropout, seed=p.seed)
+        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(readers[start], dropout=p.dropout, seed=p.seed)
         curve = train_copy_reader(copy_reader, evidence_examples, train_oracle.block[keep], blocks, tokenizer,
                                   training, checkpoints, placement, LogProgress(log, every=60))
         saved = checkpoints / "reader"  # a reader directory pretraining can start from
@@ -235,7 +275,7 @@ def main() -> None:
         frozen = p.model_copy(update={"freeze_retriever": True})
         n = min(args.eval_examples, len(heldout))
         eval_articles = [e.doc_id for e in heldout[:n]]
-        for name in [n_ for n_ in ("warm-up reader", "copy-trained reader") if n_ in models]:
+        for name in [n_ for n_ in (start, "copy-trained reader") if n_ in models]:
             rows: dict[str, list[dict[str, float]]] = {}
             for mode, idx in (("retrieval", handle), ("null block", None)):
                 rows[mode] = []
@@ -253,7 +293,6 @@ def main() -> None:
                               "answer_retrieved_retrieval_accuracy": float(with_r[found_r].mean()) if found_r.any() else None,
                               "answer_retrieved_null_accuracy": float(alone[found_r].mean()) if found_r.any() else None}
 
-    top = p.top_k - 1
     result: dict[str, Any] = {
         "question": "does the pretraining reader copy a span from a block that holds it, on real text?",
         "preset": args.preset, "config_file": args.config, "overrides": args.overrides,
@@ -265,12 +304,12 @@ def main() -> None:
         "oracle_rank": {"median": float(np.median(ranks)), f"within_top_{top}": float(np.mean(ranks <= top)),
                         "within_top_100": float(np.mean(ranks <= 100))},
         "holders_median": float(np.median(oracle.holders[found])),
-        "readers": measured, "copy_training": copy, "marginal": marginal,
+        "readers": measured, "copy_training": copy, "marginal": marginal, "retrieval": retrieval,
     }
     if "REALM reader" in correct and "null-only reader" in correct:
         result["realm_minus_null_reader_on_oracle"] = paired(correct["REALM reader"], correct["null-only reader"], articles)
     if "copy-trained reader" in correct:
-        result["copy_minus_warmup_on_oracle"] = paired(correct["copy-trained reader"], correct["warm-up reader"], articles)
+        result["copy_minus_warmup_on_oracle"] = paired(correct["copy-trained reader"], correct[start], articles)
     for name, m in measured.items():
         d = m["oracle_minus_null"]
         print(f"{name:22s} null block {m['null_block_accuracy']:.3f}  oracle block {m['oracle_block_accuracy']:.3f}  "

@@ -179,8 +179,9 @@ def test_the_unfreeze_gate_keeps_the_encoders_frozen_until_retrieval_helps(tiny_
 def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained_one(
         tiny_pretrained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """experiments/realm_reading.py over the session's REALM run: the null-only run is not in
-    the cache, so its reader is left out; the copy-trained reader is trained, saved as a reader
-    directory and scored both ways."""
+    the cache, so its reader is left out; REALM's encoders are measured against ICT's on the
+    span-holding block's rank; the copy-trained reader is trained, saved as a reader directory
+    and scored both ways."""
     import sys
 
     from tests.conftest import PRETRAIN_SETTINGS
@@ -208,6 +209,12 @@ def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained
         assert 0 <= m["null_block_accuracy"] <= 1 and 0 <= m["oracle_block_accuracy"] <= 1
     assert set(result["marginal"]) == {"warm-up reader", "copy-trained reader"}
     assert all(m["examples"] == min(4, len(rows)) for m in result["marginal"].values())
+    # the REALM run's encoders trained: the span-holding block's rank under them, paired with ICT's
+    top = result["top_k"] - 1
+    retrieval = result["retrieval"]["REALM"]
+    assert retrieval["trained_from_step"] >= 1 and retrieval["steps"] == 4
+    assert retrieval[f"within_top_{top}"]["start"] == result["oracle_rank"][f"within_top_{top}"]
+    assert 0 <= retrieval[f"within_top_{top}"]["end"] <= 1 and retrieval["rank_rose"] + retrieval["rank_fell"] <= 1
     saved = Path(result["copy_training"]["reader"])
     assert (saved / "config.json").is_file() and (saved / "vocab.txt").is_file()
     assert saved.is_relative_to(tmp_path / "work")
