@@ -32,17 +32,10 @@ from realm_core.curves import curve_markdown
 from realm_core.distributed import Placement, rank_zero_artifact
 from realm_core.errors import RealmError
 from realm_core.pretrain.batches import BlockTexts, block_wordpieces
+from realm_core.pretrain.reader_training import train_reader_steps
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import pad_sequences
-from realm_core.training import (
-    adamw,
-    latest_checkpoint,
-    learning_rate_at,
-    restore_checkpoint,
-    save_checkpoint,
-    set_learning_rate,
-    step_seed,
-)
+from realm_core.training import step_seed
 
 KIND = "reader_mlm"
 
@@ -105,42 +98,19 @@ def train_reader_mlm(reader: Any, blocks: BlockTexts, block_ids: np.ndarray, tok
                      placement: Placement) -> list[dict[str, float]]:
     """Train `reader` in place for `config.steps` steps over `block_ids`; resumes from the newest
     checkpoint. Batches and masks are functions of (seed, step)."""
-    reader.to(placement.device)
-    reader.train()
-    optimizer = adamw([reader], config.learning_rate, config.weight_decay)
-    curve: list[dict[str, float]] = []
-    start = 0
-    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
-        restore_checkpoint(ckpt, {"reader": reader}, optimizer)
-        start, curve = ckpt.step, ckpt.state["curve"]
-    progress.start("reader masked-LM warm-up", config.steps, "steps")
-    progress.advance(start)
-    for step in range(start, config.steps):
+
+    def step_loss(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         rng = np.random.default_rng(step_seed(config.seed, step))
         picks = rng.choice(block_ids, size=min(config.batch_size, len(block_ids)), replace=False)
         titles, bodies = block_wordpieces([int(z) for z in picks], blocks, tokenizer)
         generator = torch.Generator().manual_seed(step_seed(config.seed, step, stream=1))
         batch = mlm_batch(list(zip(titles, bodies, strict=True)), tokenizer, config.length,
                           config.mask_rate, generator)
-        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        set_learning_rate(optimizer, lr)
-        optimizer.zero_grad(set_to_none=True)
         loss, accuracy = mlm_loss(reader, batch, placement)
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(reader.parameters(), config.max_grad_norm)
-        optimizer.step()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"reader MLM step {step + 1}: loss is {loss.item()}; "
-                                     "lower pretrain.reader_mlm.learning_rate")
-        curve.append({"step": float(step + 1), "loss": loss.item(), "wordpiece_accuracy": accuracy,
-                      "learning_rate": lr})
-        progress.advance(1)
-        done = step + 1
-        if done % config.checkpoint_every == 0 or done == config.steps:
-            save_checkpoint(checkpoint_root, done, {"reader": reader}, optimizer, {"curve": curve})
-    progress.finish()
-    reader.eval()
-    return curve
+        return loss, {"wordpiece_accuracy": accuracy}
+
+    return train_reader_steps(reader, config, step_loss, checkpoint_root, progress, placement,
+                              "reader masked-LM warm-up", "lower pretrain.reader_mlm.learning_rate")
 
 
 def reader_mlm_dir(ref: ArtifactRef) -> str:

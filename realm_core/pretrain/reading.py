@@ -138,57 +138,27 @@ def train_copy_reader(reader: Any, examples: Sequence[MaskedExample], evidence: 
     (seed, step); resumes from the newest checkpoint under `checkpoint_root`."""
     import torch
 
-    from realm_core.training import (
-        adamw,
-        latest_checkpoint,
-        learning_rate_at,
-        restore_checkpoint,
-        save_checkpoint,
-        set_learning_rate,
-        step_seed,
-    )
+    from realm_core.pretrain.reader_training import train_reader_steps
+    from realm_core.training import step_seed
 
     if len(evidence) != len(examples) or len(examples) < config.batch_size or int(np.min(evidence)) < 0:
         raise ValueError(f"train_copy_reader needs at least batch_size={config.batch_size} examples, "
                          "each with an evidence block")
-    reader.to(placement.device)
-    reader.train()
-    optimizer = adamw([reader], config.learning_rate, config.weight_decay)
-    curve: list[dict[str, float]] = []
-    start = 0
-    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
-        restore_checkpoint(ckpt, {"reader": reader}, optimizer)
-        start, curve = ckpt.step, ckpt.state["curve"]
-    progress.start("reader copy training (evidence blocks)", config.steps, "steps")
-    progress.advance(start)
     dev = placement.device
-    for step in range(start, config.steps):
+
+    def step_loss(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         picks = np.random.default_rng(step_seed(config.seed, step)).choice(len(examples), config.batch_size,
                                                                             replace=False)  # (B,)
         chunk = [examples[int(i)] for i in picks]
         batch = reader_batch(chunk, evidence[picks, None], blocks, tokenizer, config.reader_length).to(dev)
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout
-        lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        set_learning_rate(optimizer, lr)
-        optimizer.zero_grad(set_to_none=True)
         with placement.compute():
             log_probs = reader(batch.input_ids[:, 1:], batch.attention_mask[:, 1:],
                                batch.masked_positions)[:, 0]  # (B, M, V): the evidence row only
         gold = log_probs.gather(-1, batch.targets[..., None]).squeeze(-1) * batch.target_mask  # (B, M)
-        loss = -gold.sum(-1).mean()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(reader.parameters(), config.max_grad_norm)
-        optimizer.step()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"copy step {step + 1}: loss is {loss.item()}; lower the learning rate")
         with torch.no_grad():
             right = ((log_probs.argmax(-1) == batch.targets) | ~batch.target_mask).all(-1)  # (B,)
-        curve.append({"step": float(step + 1), "loss": loss.item(), "span_accuracy": float(right.float().mean()),
-                      "learning_rate": lr})
-        progress.advance(1)
-        done = step + 1
-        if done % config.checkpoint_every == 0 or done == config.steps:
-            save_checkpoint(checkpoint_root, done, {"reader": reader}, optimizer, {"curve": curve})
-    progress.finish()
-    reader.eval()
-    return curve
+        return -gold.sum(-1).mean(), {"span_accuracy": float(right.float().mean())}
+
+    return train_reader_steps(reader, config, step_loss, checkpoint_root, progress, placement,
+                              "reader copy training (evidence blocks)", "lower the learning rate")
