@@ -745,6 +745,19 @@ def realm_reading_table(result: Result) -> str:
                          f"{pct(m['answer_retrieved'])} | {pct(m['answer_retrieved_retrieval_accuracy'])} / "
                          f"{pct(m['answer_retrieved_null_accuracy'])} |")
     lines += ["", " ".join(notes)] if notes else []
+    retrieval = result.get("retrieval") or {}
+    if retrieval:
+        lines += ["", "Retrieval by each pretraining run's own encoders against the warm-started retriever's, on "
+                  "the same recoverable examples (the best span-holding allowed block's rank):", "",
+                  f"| run | encoders trained from step | within top {top} (%): start -> end, points [95% CI] | "
+                  "within top 100 (%): start -> end, points [95% CI] | median rank: start -> end | rank rose / fell "
+                  "(% of examples) |", "|---|---:|---|---|---|---|"]
+        for name, r in retrieval.items():
+            k, h = r[f"within_top_{top}"], r["within_top_100"]
+            lines.append(f"| {name} ({r['steps']:,} steps) | {r['trained_from_step']} | {pct(k['start'])} -> "
+                         f"**{pct(k['end'])}**, {diff(k['end_minus_start'])} | {pct(h['start'])} -> "
+                         f"**{pct(h['end'])}**, {diff(h['end_minus_start'])} | {r['median_rank']['start']:.1f} -> "
+                         f"{r['median_rank']['end']:.1f} | {pct(r['rank_rose'])} / {pct(r['rank_fell'])} |")
     machine = f"{result['precision']} on {result['machine']}"
     if {"REALM reader", "null-only reader"} & set(result["readers"]):
         run = "encoders frozen" if result["freeze_retriever"] else "encoders trained"
@@ -934,6 +947,7 @@ COLLECTIONS: dict[str, Callable[[], str]] = {"reader_studies": reader_studies_ta
 SOURCES = {"openqa_summary": "openqa", "demo_summary": "demo"}
 TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,
                                             "realm_reading": realm_reading_table,
+                                            "realm_reading_copy_start": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
