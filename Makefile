@@ -117,14 +117,19 @@ realm-reading: $(STAMP)
 
 # REALM from the copy-trained reader `make realm-reading` saved: does the retriever now learn on
 # real text? Then the span-holding block's rank under the run's encoders against ICT's.
-COPY_START = --config experiments/configs/realm_copy_start.yaml --set pretrain.reader_mlm.steps=0 \
-	--set pretrain.reader_encoder=$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading.json"))["copy_training"]["reader"])')
+# COPY_SET adds settings to both commands (e.g. COPY_SET="--set pretrain.copy_weight=1"); COPY_NAME
+# names the result file.
+COPY_SET ?=
+COPY_NAME ?= realm_reading_copy_start
+COPY_START = --config experiments/configs/realm_copy_start.yaml --set pretrain.reader_mlm.steps=0 $(COPY_SET)
 realm-copy-start: $(STAMP)
-	@test -d "$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading.json"))["copy_training"]["reader"])')" \
-		|| { echo "error: bench/results/realm_reading.json: its copy-trained reader is not on this machine; run make realm-reading first" >&2; exit 2; }
-	$(BIN)/realm pretrain $(COPY_START) $(PRECISION_SET)
-	$(BIN)/python experiments/realm_reading.py $(COPY_START) --eval-examples 0 --name realm_reading_copy_start $(PRECISION_SET)
-	$(BIN)/python bench/readme_tables.py realm_reading_copy_start
+	@reader="$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading.json"))["copy_training"]["reader"])')"; \
+	test -d "$$reader" || { echo "error: bench/results/realm_reading.json: its copy-trained reader is not on this machine; run make realm-reading first" >&2; exit 2; }; \
+	set -ex; \
+	$(BIN)/realm pretrain $(COPY_START) --set pretrain.reader_encoder="$$reader" $(PRECISION_SET); \
+	$(BIN)/python experiments/realm_reading.py $(COPY_START) --set pretrain.reader_encoder="$$reader" --eval-examples 0 \
+		--name $(COPY_NAME) $(PRECISION_SET)
+	$(BIN)/python bench/readme_tables.py $(COPY_NAME)
 
 # REALM Table 2 at the demo's pretraining budget: every ablation row (docs/experiments/table-2.md).
 realm-table: $(STAMP)

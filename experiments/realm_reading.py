@@ -165,10 +165,13 @@ def main() -> None:
     continuation = continuation_ids(tokenizer)
     locator = SpanLocator(title_body_wordpieces(blocks, tokenizer), continuation)
 
-    def oracle_for(chosen: list[Any], ranks: bool = True) -> Any:
-        q = embed_token_ids(query_encoder, [e.input_ids for e in chosen], tokenizer.pad_token_id, 64,
+    def oracle_for(chosen: list[Any], ranks: bool = True, encoder: Any = query_encoder,
+                   block_vectors: np.ndarray = vectors) -> Any:
+        """The best allowed span-holding block of each example (and its rank) under a retriever:
+        the warm-started one unless `encoder` and its `block_vectors` (N, D) say otherwise."""
+        q = embed_token_ids(encoder, [e.input_ids for e in chosen], tokenizer.pad_token_id, 64,
                             precision=placement.precision)  # (E, D)
-        return oracle_blocks(chosen, q, vectors, locator, blocks, p.exclusion, ranks)
+        return oracle_blocks(chosen, q, block_vectors, locator, blocks, p.exclusion, ranks)
 
     oracle = oracle_for(heldout)
     found = np.flatnonzero(oracle.block >= 0)  # the recoverable held-out examples
@@ -196,9 +199,7 @@ def main() -> None:
         run_vectors = load_embeddings(Path(run_emb.ref.path) / "embeddings", store.open(run_emb.ref).manifest["embeddings"],
                                       len(blocks))  # (N, D)
         run_query = RetrieverEncoder.from_pretrained(str(run_dir / "query_encoder"))
-        q_run = embed_token_ids(run_query, [e.input_ids for e in scored], tokenizer.pad_token_id, 64,
-                                precision=placement.precision)  # (E, D)
-        run_rank = oracle_blocks(scored, q_run, run_vectors, locator, blocks, p.exclusion).rank  # (E,)
+        run_rank = oracle_for(scored, encoder=run_query, block_vectors=run_vectors).rank  # (E,)
         retrieval[name] = {
             "trained_from_step": from_step, "steps": run["stats"]["steps"],
             "median_rank": {"start": float(np.median(ranks)), "end": float(np.median(run_rank))},
@@ -259,6 +260,9 @@ def main() -> None:
         reading = read_blocks(reader, scored, chosen, blocks, tokenizer, p.reader_length, continuation,
                               compute=placement.compute, progress=bar.advance)
         bar.finish()
+        # whether the oracle block holds the span as read depends on the input alone, not the reader
+        if holds is not None and not np.array_equal(holds, reading.block_holds):
+            raise SystemExit(f"error: {name}: the oracle blocks as read differ between readers")
         holds = reading.block_holds
         correct[name] = reading.block_correct
         measured[name] = {"null_block_accuracy": float(reading.null_correct.mean()),

@@ -214,6 +214,7 @@ def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained
     retrieval = result["retrieval"]["REALM"]
     assert retrieval["trained_from_step"] >= 1 and retrieval["steps"] == 4
     assert retrieval[f"within_top_{top}"]["start"] == result["oracle_rank"][f"within_top_{top}"]
+    assert retrieval["median_rank"]["start"] == result["oracle_rank"]["median"]
     assert 0 <= retrieval[f"within_top_{top}"]["end"] <= 1 and retrieval["rank_rose"] + retrieval["rank_fell"] <= 1
     saved = Path(result["copy_training"]["reader"])
     assert (saved / "config.json").is_file() and (saved / "vocab.txt").is_file()
