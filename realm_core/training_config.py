@@ -103,7 +103,7 @@ class PretrainConfig(TrainerConfig):
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every", "log_every", "device"})
     # The stages hash the encoder's weights and configs (`encoder_hash`), not its path: a moved copy hits the cache.
-    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"reader_encoder"})
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"reader_encoder", "fresh_encoder"})
 
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
@@ -111,6 +111,10 @@ class PretrainConfig(TrainerConfig):
         128, ge=0, description="warm_start none: the size of the fresh heads over both encoders' [CLS] "
         "state (seeded); 0: the [CLS] state itself, no head")
     reader_encoder: str = Field(BUNDLED_ENCODER, description="BERT the knowledge-augmented encoder starts from")
+    fresh_encoder: str | None = Field(
+        None, description="warm_start none: the BERT both retriever encoders start from (None: reader_encoder, "
+        "as the paper); set it where the reader starts from a trained reader whose [CLS] state is no "
+        "sentence embedding, e.g. a copy-trained one")
     reader_mlm: ReaderMlmConfig = Field(default_factory=ReaderMlmConfig,
                                         description="masked-LM warm-up of the reader on the blocks first")
     retrieval: Literal["realm", "null_only"] = Field(
@@ -148,6 +152,13 @@ class PretrainConfig(TrainerConfig):
         "50-step mean crosses 0 by chance while retrieval still does not help; opened on such a "
         "crossing, the retriever collapsed onto the null block within 25 steps "
         "(docs/experiments/realm-gain.md)")
+    copy_weight: float = Field(
+        0.0, ge=0, description="weight of a copy objective added to REALM's loss: for each training example "
+        "whose masked span an allowed block holds, -log p(y|x,z*) of the reader reading z* alone, z* the "
+        "holder the current retriever scores highest. Keeps the reader copying while the retrieved blocks "
+        "mostly lack the span (on the demo corpus REALM's own loss taught its reader to ignore them: "
+        "docs/experiments/realm-gain.md). One process only; the corpus's wordpieces are held in memory. "
+        "0: REALM's loss alone, as the paper")
     steps: int = Field(200_000, ge=1)
     warmup_steps: int = Field(10_000, ge=0)
     refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")

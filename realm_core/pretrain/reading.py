@@ -46,6 +46,15 @@ def allowed_among(candidates: np.ndarray, example: MaskedExample, blocks: BlockT
     return np.asarray((candidates != example.block_id) & ((docs == own_doc) | (titles != own_title)), dtype=bool)
 
 
+def allowed_holders(example: MaskedExample, locator: SpanLocator, blocks: BlockTexts, exclusion: str) -> np.ndarray:
+    """(C,) the blocks, in id order, that hold the example's masked span as whole words and are
+    not a trivial retrieval of its query (pretraining's exclusion rule); empty where none does."""
+    runs = masked_runs(example)
+    holders = set.intersection(*(locator.blocks_with(run) for run in runs)) if runs else set()
+    held = np.asarray(sorted(holders), dtype=np.int64)
+    return held[allowed_among(held, example, blocks, exclusion)] if len(held) else held
+
+
 def oracle_blocks(examples: Sequence[MaskedExample], query_vectors: np.ndarray, block_vectors: np.ndarray,
                   locator: SpanLocator, blocks: BlockTexts, exclusion: str, ranks: bool = True) -> OracleBlocks:
     """The allowed block holding each example's span that the retriever scores highest, and (with
@@ -58,10 +67,7 @@ def oracle_blocks(examples: Sequence[MaskedExample], query_vectors: np.ndarray, 
     rank = np.zeros(len(examples), dtype=np.int64)
     count = np.zeros(len(examples), dtype=np.int64)
     for i, ex in enumerate(examples):
-        runs = masked_runs(ex)
-        holders = set.intersection(*(locator.blocks_with(run) for run in runs)) if runs else set()
-        held = np.asarray(sorted(holders), dtype=np.int64)
-        ok = held[allowed_among(held, ex, blocks, exclusion)] if len(held) else held
+        ok = allowed_holders(ex, locator, blocks, exclusion)
         count[i] = len(ok)
         if not len(ok):
             continue
@@ -114,6 +120,24 @@ def _concat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
+def evidence_loss(reader: Any, examples: Sequence[MaskedExample], evidence: np.ndarray, blocks: BlockTexts,
+                  tokenizer: Any, reader_length: int, placement: Any) -> tuple[Any, Any]:
+    """REALM's reader reading each example's `evidence` block alone (evidence: (B,) block ids, every
+    one >= 0): (-log p(y|x,z) summed over each example's masked wordpieces, (B,) with gradient;
+    every masked wordpiece predicted right, (B,) bool). The copy objective's loss, whether it
+    trains a reader alone (`train_copy_reader`) or beside REALM's (`pretrain.copy_weight`)."""
+    import torch
+
+    batch = reader_batch(list(examples), evidence[:, None], blocks, tokenizer, reader_length).to(placement.device)
+    with placement.compute():
+        log_probs = reader(batch.input_ids[:, 1:], batch.attention_mask[:, 1:],
+                           batch.masked_positions)[:, 0]  # (B, M, V): the evidence row only
+    gold = log_probs.gather(-1, batch.targets[..., None]).squeeze(-1) * batch.target_mask  # (B, M)
+    with torch.no_grad():
+        right = ((log_probs.argmax(-1) == batch.targets) | ~batch.target_mask).all(-1)  # (B,)
+    return -gold.sum(-1), right
+
+
 @dataclass(frozen=True)
 class CopyTraining:
     """How `train_copy_reader` trains: AdamW with linear warm-up and decay (BERT's schedule)."""
@@ -144,21 +168,14 @@ def train_copy_reader(reader: Any, examples: Sequence[MaskedExample], evidence: 
     if len(evidence) != len(examples) or len(examples) < config.batch_size or int(np.min(evidence)) < 0:
         raise ValueError(f"train_copy_reader needs at least batch_size={config.batch_size} examples, "
                          "each with an evidence block")
-    dev = placement.device
 
     def step_loss(step: int) -> tuple[torch.Tensor, dict[str, float]]:
         picks = np.random.default_rng(step_seed(config.seed, step)).choice(len(examples), config.batch_size,
                                                                             replace=False)  # (B,)
         chunk = [examples[int(i)] for i in picks]
-        batch = reader_batch(chunk, evidence[picks, None], blocks, tokenizer, config.reader_length).to(dev)
         torch.manual_seed(step_seed(config.seed, step, stream=1))  # dropout
-        with placement.compute():
-            log_probs = reader(batch.input_ids[:, 1:], batch.attention_mask[:, 1:],
-                               batch.masked_positions)[:, 0]  # (B, M, V): the evidence row only
-        gold = log_probs.gather(-1, batch.targets[..., None]).squeeze(-1) * batch.target_mask  # (B, M)
-        with torch.no_grad():
-            right = ((log_probs.argmax(-1) == batch.targets) | ~batch.target_mask).all(-1)  # (B,)
-        return -gold.sum(-1).mean(), {"span_accuracy": float(right.float().mean())}
+        nll, right = evidence_loss(reader, chunk, evidence[picks], blocks, tokenizer, config.reader_length, placement)
+        return nll.mean(), {"span_accuracy": float(right.float().mean())}
 
     return train_reader_steps(reader, config, step_loss, checkpoint_root, progress, placement,
                               "reader copy training (evidence blocks)", "lower the learning rate")

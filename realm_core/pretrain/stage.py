@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
 from realm_core.blocks import blocks_tokenizer
@@ -31,12 +33,9 @@ from realm_core.distributed import Placement, rank_zero_artifact, resolve_device
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import (
-    SpanLocator,
-    continuation_ids,
     is_heldout,
     recoverable,
     split_heldout,
-    title_body_wordpieces,
 )
 from realm_core.pretrain.loop import (
     PretrainData,
@@ -53,10 +52,22 @@ from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_blocks
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+from realm_core.schemas import SCHEMAS, TableSchema
 from realm_core.spans.mining import open_mined
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
+# pretrain.copy_weight's term per step, written only when it is on: -log p(y|x,z*) over the
+# examples with a span-holding block z*, the share of the batch with one, and how many of those
+# read z* right. Registered here, beside the stage that writes it, so that it moves this stage's
+# code hash alone (every stage that reads realm_core.schemas hashes the shared tables).
+PRETRAIN_COPY_METRICS = SCHEMAS.setdefault("pretrain_copy_metrics", TableSchema("pretrain_copy_metrics", 1, pa.schema([
+    ("step", pa.int64()),
+    ("copy_loss", pa.float64()),
+    ("copy_coverage", pa.float64()),
+    ("copy_accuracy", pa.float64()),
+])))
+COPY_COLUMNS = ("copy_loss", "copy_coverage", "copy_accuracy")
 STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "staleness",
                 "retriever_trained")
 EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
@@ -95,12 +106,16 @@ def _check_compatible(config: PretrainConfig, retriever: ArtifactRef | None, blo
             if _vocab_hash(spec) != reader_vocab:
                 raise ConfigError(f"{spec}: warm-start encoder has another tokenizer than the reader "
                                   f"({config.reader_encoder!r}); warm-start with the same vocabulary")
+    elif config.fresh_encoder is not None and _vocab_hash(config.fresh_encoder) != reader_vocab:
+        raise ConfigError(f"{config.fresh_encoder}: pretrain.fresh_encoder has another tokenizer than the reader "
+                          f"({config.reader_encoder!r}); start the retriever from one with the same vocabulary")
 
 
 def fresh_encoders(config: PretrainConfig, dropout: bool = True) -> tuple[RetrieverEncoder, RetrieverEncoder]:
-    """warm_start none: both encoders from the reader's BERT with the same fresh head (a shared
-    seed), or none (`fresh_projection_dim` 0)."""
-    return tuple(RetrieverEncoder.from_pretrained(config.reader_encoder, projection_dim=config.fresh_projection_dim,
+    """warm_start none: both encoders from `pretrain.fresh_encoder` (default: the reader's BERT)
+    with the same fresh head (a shared seed), or none (`fresh_projection_dim` 0)."""
+    return tuple(RetrieverEncoder.from_pretrained(config.fresh_encoder or config.reader_encoder,
+                                                  projection_dim=config.fresh_projection_dim,
                                                   seed=config.seed, dropout=config.dropout if dropout else None)
                  for _ in range(2))  # type: ignore[return-value]
 
@@ -137,6 +152,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
               "reader": encoder_hash(config.reader_encoder), "masking": masking.config_hash(),
               "embed": embed.config_hash(), "index": index_config.config_hash(),
               "code": code_version((__name__,), ("torch", "transformers"))}
+    if config.fresh_encoder is not None and retriever_ref is None:  # hashed by content: a moved copy hits
+        inputs["fresh_encoder"] = encoder_hash(config.fresh_encoder)
     cache = CachedStage(store, KIND, config, inputs, force)
     if cache.hit:
         return cache.hit
@@ -220,7 +237,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     if not placement.is_main:
         return rank_zero_artifact(placement, cache)
     final_eval = curves.evals[-1]
-    locator = SpanLocator(title_body_wordpieces(data.blocks, tokenizer), continuation_ids(tokenizer))
+    locator = data.locator
     heldout_rows = [{"example": i, "doc_id": e.doc_id, "block_id": e.block_id, "correct": r["correct"] > 0.5,
                      "log_p": r["log_p"], "recoverable": recoverable(e, locator, data.blocks, config.exclusion),
                      "answer_retrieved": r["answer_retrieved"] > 0.5}
@@ -255,7 +272,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     warning = (f"**Retrieval utility stayed below 0 from step {collapse[0]} to {collapse[1]}** (mean of "
                f"every {window} steps): the retrieved blocks made the masked spans less likely than the "
                "null block, the sign of a retriever collapsing onto it.\n\n" if collapse else "")
-    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS)
+    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS + (COPY_COLUMNS if config.copy_weight > 0 and retrieving else ()))
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
     query_encoder.step = doc_encoder.step = base_step + config.steps
     with cache.write() as out:
@@ -265,6 +282,9 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
             enc.eval()
             enc.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
         out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
+        if config.copy_weight > 0 and retrieving:
+            out.table(PRETRAIN_COPY_METRICS.kind).write([{k: r[k] for k in ("step", *COPY_COLUMNS)}
+                                                         for r in curves.steps])
         out.table("pretrain_eval").write(curves.evals)
         out.table("pretrain_heldout").write(heldout_rows)
         plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
