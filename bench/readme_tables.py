@@ -689,7 +689,10 @@ def realm_mechanism_table(result: Result) -> str:
               f"surnames). {result['steps']:,} steps of {result['examples_per_step']}, top-{cfg['top_k']} with "
               f"the null block, reader {cfg['reader_length']} wordpieces, lr {cfg['learning_rate']:g} "
               f"(retriever x{cfg['retriever_lr_scale']:g}, frozen for the first "
-              f"{cfg.get('retriever_frozen_steps', 0)} steps), {cfg['precision']}; REALM's stage ran "
+              f"{cfg.get('retriever_frozen_steps', 0)} steps)"
+              + (f", from the warm-up reader copy-trained {cfg['copy_steps']} steps on the gold blocks"
+                 if cfg.get("copy_steps") else "")
+              + f", {cfg['precision']}; REALM's stage ran "
               f"{result['systems']['REALM']['wall_seconds'] / 60:.0f} min on {result['machine']} (with other "
               "jobs beside it: not a timing)."]
     return "\n".join(lines)

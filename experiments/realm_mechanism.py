@@ -4,13 +4,15 @@ and does the reader learn to copy from it?
 
 The synthetic corpus is written as JSONL and goes through the project's own stages (ingest,
 chunk, salient spans, the index and the pretraining stage, all cached in the work dir's store).
-Four systems, scored on the same held-out examples (entities never trained on, their blocks in
+Five rows, scored on the same held-out examples (entities never trained on, their blocks in
 the index):
 
 - `REALM`: the pretraining stage as configured (experiments/configs/realm_mechanism.yaml);
 - `null only`: the same run reading the null block alone (a masked LM, the prior's ceiling);
 - `frozen retriever`: REALM with no gradient into either encoder (the retriever as it starts);
-- `oracle block`: REALM's trained reader given each example's gold block as its one block.
+- `oracle block`: REALM's trained reader given each example's gold block as its one block;
+- `REALM reader, null block`: the same trained reader given the null block alone (retrieval
+  taken away: at the prior unless held-out facts leaked into training).
 
 Recall@1 of the gold block on the held-out queries is measured with the retriever as it starts
 and as it ends (exact inner product over every block, trivial retrievals dropped); the peer of
@@ -53,18 +55,67 @@ def mechanism_config(corpus_path: Path, overrides: list[str], config: Path = CON
     return load_config("demo", config, [f"ingest.sources={source}", *overrides])
 
 
+def copy_trained_reader(cfg: PipelineConfig, store: ArtifactStore, corpus: Any, steps: int, root: Path,
+                        progress: Any) -> str:
+    """A reader that already copies: the masked-LM warm-up's reader trained `steps` steps of
+    `pretrain.batch_size` to predict each training fact reading its gold block alone
+    (`train_copy_reader`). Saved under `root` by what it depends on; returns its directory."""
+    from realm_core.distributed import Placement
+    from realm_core.pretrain.mechanism import fact_examples, gold_blocks
+    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+    from realm_core.pretrain.reader_mlm import reader_mlm_dir
+    from realm_core.pretrain.reading import CopyTraining, train_copy_reader
+    from realm_core.pretrain.stage import run_warm_reader
+
+    p = cfg.pretrain
+    blocks, tokenizer, train, _ = mechanism_examples(cfg, store)
+    place = Placement.from_env(p.device, p.precision)
+    warm = run_warm_reader(store, Resolver(cfg, store).ref("chunk"), p, place, progress())
+    start = reader_mlm_dir(warm.ref) if warm is not None else p.reader_encoder
+    facts = [e for e, f in zip(train, fact_examples(train, corpus, tokenizer), strict=True) if f]
+    training = CopyTraining(steps=steps, batch_size=p.batch_size, learning_rate=p.learning_rate,
+                            reader_length=p.reader_length, warmup_steps=p.warmup_steps, seed=p.seed)
+    tag = hashlib.sha256(json.dumps([start, training.__dict__, len(facts)], sort_keys=True).encode()).hexdigest()[:12]
+    saved = root / "copy-readers" / tag / "reader"
+    if not (saved / "config.json").is_file():
+        reader = KnowledgeAugmentedEncoder.from_pretrained(start, dropout=p.dropout, seed=p.seed)
+        train_copy_reader(reader, facts, gold_blocks(facts, blocks, corpus.partner()), blocks, tokenizer,
+                          training, saved.parent / "checkpoints", place, progress())
+        reader.save_pretrained(saved)
+        tokenizer.save_pretrained(str(saved))
+    return str(saved)
+
+
+def mechanism_examples(cfg: PipelineConfig, store: ArtifactStore) -> tuple[Any, Any, list[Any], list[Any]]:
+    """(blocks, tokenizer, train, held-out): the examples exactly as the pretraining stage builds
+    and splits them, from the cached chunk and span artifacts."""
+    from realm_core.bert import load_tokenizer
+    from realm_core.pretrain.batches import BlockTexts
+    from realm_core.pretrain.heldout import split_heldout
+    from realm_core.spans.masking import iter_examples
+
+    resolver = Resolver(cfg, store)
+    blocks_art = store.open(resolver.ref("chunk"), kind="blocks")
+    spans_art = store.open(resolver.ref("spans"), kind="salient_spans")
+    tokenizer = load_tokenizer(cfg.pretrain.reader_encoder)
+    blocks = BlockTexts.from_table(blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
+    examples = list(iter_examples(blocks_art, spans_art, cfg.masking, tokenizer, None, cfg.chunk.encoder))
+    train, heldout = split_heldout(examples, cfg.pretrain.heldout_every, cfg.pretrain.eval_examples, cfg.pretrain.seed)
+    return blocks, tokenizer, train, heldout
+
+
 def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[str], root: Path,
-                  progress: Any = None, systems: tuple[str, ...] = tuple(SYSTEMS)) -> dict[str, Any]:
+                  progress: Any = None, systems: tuple[str, ...] = tuple(SYSTEMS),
+                  copy_steps: int = 0) -> dict[str, Any]:
     """Write the corpus, run the pretraining systems (`systems`, REALM first; all three by
-    default) through the stage cache, then measure the oracle reader and the gold block's
-    recall@1 before and after. Returns the results dict."""
+    default) through the stage cache, then measure the oracle reader, the REALM reader without
+    retrieval and the gold block's recall@1 before and after. With `copy_steps`, every system
+    starts from a reader copy-trained that many steps on the gold blocks (`copy_trained_reader`)
+    instead of the masked-LM warm-up's. Returns the results dict."""
     if not systems or systems[0] != "REALM" or set(systems) - set(SYSTEMS):
         raise SystemExit(f"systems {systems}: expected REALM first, then any of {list(SYSTEMS)[1:]}")
     import torch
 
-    from realm_core.bert import load_tokenizer
-    from realm_core.pretrain.batches import BlockTexts
-    from realm_core.pretrain.heldout import split_heldout
     from realm_core.pretrain.mechanism import (
         embed_blocks,
         fact_examples,
@@ -77,7 +128,6 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.stage import fresh_encoders
     from realm_core.retrieval.encoders import RetrieverEncoder
-    from realm_core.spans.masking import iter_examples
 
     t0 = time.perf_counter()
     probe = mechanism_config(root / "corpus.jsonl", overrides)
@@ -86,6 +136,13 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     path = corpus.write_jsonl(root / "corpora" / f"synthetic-{digest}.jsonl")
     store = ArtifactStore(root / "artifacts")
     make_progress = progress or (lambda: LogProgress(log, every=60))
+    copy_reader = None
+    if copy_steps > 0:
+        copy_reader = copy_trained_reader(mechanism_config(path, overrides), store, corpus, copy_steps, root,
+                                          make_progress)
+        # the reader starts copying; the retriever from the same BERT as without the copy phase
+        overrides = [*overrides, "pretrain.reader_mlm.steps=0", f"pretrain.reader_encoder={copy_reader}",
+                     f"pretrain.fresh_encoder={probe.pretrain.fresh_encoder or probe.pretrain.reader_encoder}"]
     runs: dict[str, dict[str, Any]] = {}
     for name in systems:
         extra = SYSTEMS[name]
@@ -101,14 +158,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
 
     # the examples exactly as the stage built and split them (checked against its held-out rows)
     cfg = runs["REALM"]["cfg"]
-    resolver = Resolver(cfg, store)
-    blocks_ref, spans_ref = resolver.ref("chunk"), resolver.ref("spans")
-    blocks_art, spans_art = store.open(blocks_ref, kind="blocks"), store.open(spans_ref, kind="salient_spans")
-    tokenizer = load_tokenizer(cfg.pretrain.reader_encoder)
-    table = blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"])
-    blocks = BlockTexts.from_table(table)
-    examples = list(iter_examples(blocks_art, spans_art, cfg.masking, tokenizer, None, cfg.chunk.encoder))
-    train, heldout = split_heldout(examples, cfg.pretrain.heldout_every, cfg.pretrain.eval_examples, cfg.pretrain.seed)
+    blocks, tokenizer, train, heldout = mechanism_examples(cfg, store)
     for name, run in runs.items():
         if [(r["doc_id"], r["block_id"]) for r in run["heldout_rows"]] != [(e.doc_id, e.block_id) for e in heldout]:
             raise SystemExit(f"{name}: the stage scored other held-out examples than the ones rebuilt here")
@@ -144,9 +194,12 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
                          "final_retrieval_utility": run["stats"]["heldout_retrieval_utility"],
                          "wall_seconds": run["stats"]["wall_seconds"]}
     reader = KnowledgeAugmentedEncoder.from_pretrained(str(Path(runs["REALM"]["ref"].path) / "reader"))
-    measured["oracle block"] = {
-        "heldout_accuracy": gold_block_accuracy(reader, scored, gold, blocks, tokenizer, cfg.pretrain.reader_length),
-        "recall_at_1_start": 1.0, "recall_at_1_end": 1.0}  # given the gold block by construction
+    oracle, unretrieved = gold_block_accuracy(reader, scored, gold, blocks, tokenizer, cfg.pretrain.reader_length)
+    measured["oracle block"] = {"heldout_accuracy": oracle,
+                                "recall_at_1_start": 1.0, "recall_at_1_end": 1.0}  # given the gold block
+    # the same trained reader with retrieval taken away: what REALM's accuracy owes to retrieval
+    measured["REALM reader, null block"] = {"heldout_accuracy": unretrieved,
+                                            "recall_at_1_start": None, "recall_at_1_end": None}
     p = cfg.pretrain
     return {
         "question": "does REALM's gradient teach retrieval and reading where the answer is known?",
@@ -159,7 +212,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
         "config": {"top_k": p.top_k, "reader_length": p.reader_length, "learning_rate": p.learning_rate,
                    "retriever_lr_scale": p.retriever_lr_scale, "retriever_frozen_steps": p.retriever_frozen_steps,
                    "refresh_every": p.refresh_every,
-                   "reader_mlm_steps": p.reader_mlm.steps, "warm_start": p.warm_start,
+                   "reader_mlm_steps": probe.pretrain.reader_mlm.steps, "copy_steps": copy_steps, "warm_start": p.warm_start,
                    "precision": p.precision, "overrides": overrides},
         "curves": {name: {"evals": run["evals"],
                           "steps": [{k: r.get(k) for k in ("step", "loss", "span_accuracy", "p_null",
@@ -175,11 +228,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="the corpus's seed")
     ap.add_argument("--root", default=None, help="store and corpus folder (default: $REALM_WORK_DIR/mechanism)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
+    ap.add_argument("--copy-steps", type=int, default=0,
+                    help="start every system from the warm-up reader copy-trained this many steps on the gold "
+                         "blocks (0: from the warm-up reader, as REALM does)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"which pretraining runs, REALM first (default: all of {', '.join(SYSTEMS)}); the oracle "
+                         "block and the REALM reader without retrieval are always measured")
     ap.add_argument("--name", default="realm_mechanism", help="bench/results/<name>.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     root = Path(args.root) if args.root else work_dir() / "mechanism"
-    result = run_mechanism(args.entities, args.distractors, args.seed, args.overrides, root)
+    result = run_mechanism(args.entities, args.distractors, args.seed, args.overrides, root,
+                           systems=tuple(s.strip() for s in args.systems.split(",")), copy_steps=args.copy_steps)
     for name, s in result["systems"].items():
         print(f"{name:18s} held-out accuracy {s['heldout_accuracy']:.3f}  recall@1 "
               f"{s['recall_at_1_start']} -> {s['recall_at_1_end']}")

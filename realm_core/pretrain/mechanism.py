@@ -251,9 +251,13 @@ def gold_block_recall(query_encoder: Any, block_vectors: np.ndarray, examples: S
 
 
 def gold_block_accuracy(reader: Any, examples: Sequence[MaskedExample], gold: np.ndarray,
-                        blocks: BlockTexts, tokenizer: Any, reader_length: int, batch_size: int = 16) -> float:
-    """Fraction of examples whose every masked wordpiece the reader predicts when it reads the
-    gold block (and only it): what the reader can do once retrieval is right."""
+                        blocks: BlockTexts, tokenizer: Any, reader_length: int,
+                        batch_size: int = 16) -> tuple[float, float]:
+    """(gold, null): the fraction of examples whose every masked wordpiece the reader predicts
+    reading the gold block alone (what the reader can do once retrieval is right) and reading the
+    null block alone (what it does without retrieval: at the prior where facts are not memorised)."""
     reading = read_blocks(reader, examples, gold, blocks, tokenizer, reader_length, continuation_ids(tokenizer),
                           batch_size)
-    return float(reading.block_correct.mean()) if len(examples) else 0.0
+    if not len(examples):
+        return 0.0, 0.0
+    return float(reading.block_correct.mean()), float(reading.null_correct.mean())
