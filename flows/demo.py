@@ -48,10 +48,65 @@ def cpu_description() -> dict[str, Any]:
     return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count()}
 
 
+def machine_busy_seconds() -> float | None:
+    """CPU seconds every process on the machine has run since boot, all cores together (Linux:
+    /proc/stat's busy fields; elsewhere None)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal ...: idle and iowait are not busy
+    busy = sum(int(v) for i, v in enumerate(fields[1:9]) if i not in (3, 4))
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float | None:
+    """CPU seconds of process `root` (default: this one) and every live descendant, each with
+    its waited-for children (Linux: /proc/<pid>/stat; elsewhere None): the demo's own work,
+    its embedded Prefect server and worker processes included."""
+    root = os.getpid() if root is None else root
+    stats: dict[int, tuple[int, float]] = {}
+    try:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    raw = (entry / "stat").read_text()
+                except OSError:
+                    continue  # ended meanwhile
+                rest = raw[raw.rindex(")") + 2:].split()  # the fields after "pid (comm) "
+                # ppid, then utime stime cutime cstime (fields 4, 14-17 of proc(5))
+                stats[int(entry.name)] = (int(rest[1]), sum(int(v) for v in rest[11:15]) / os.sysconf("SC_CLK_TCK"))
+    except OSError:
+        return None
+    if root not in stats:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats[pid][1]
+        todo += children.get(pid, [])
+    return total
+
+
+def other_cpu_share(busy: tuple[float | None, float | None], own: tuple[float | None, float | None],
+                    wall_seconds: float, cores: int) -> float | None:
+    """The share of the machine's CPU time over the run that processes outside the demo used:
+    (busy seconds of the whole machine - the demo's own) / (wall x cores), from readings at its
+    start and end. 0 on quiet cores; None where the readings are not available."""
+    if None in (*busy, *own) or wall_seconds <= 0:
+        return None
+    other = (busy[1] - busy[0]) - (own[1] - own[0])  # type: ignore[operator]
+    return round(max(other, 0.0) / (wall_seconds * max(cores, 1)), 3)
+
+
 def demo_record(result: dict[str, Any], store: Any, wall_seconds: float) -> dict[str, Any]:
     """What `bench/results/demo.json` holds of a finished demo: its wall time, each stage's seconds
     (0 for a cache hit's lookup), the encoders' precision, the machine, the corpus, SQuAD-open test
-    EM of each system and how many reader rows the evaluation read and reused."""
+    EM of each system and how many reader rows the evaluation read and reused. The caller adds
+    `other_cpu_share` (what else ran on the machine meanwhile)."""
     import torch
 
     from realm_core.distributed import resolve_device, resolve_precision
@@ -84,6 +139,7 @@ def main() -> int:
     from flows import exit_on_sigterm
 
     started = time.perf_counter()
+    busy_start, own_start = machine_busy_seconds(), tree_cpu_seconds()
 
     exit_on_sigterm()  # `kill` stops the embedded Prefect server too
     if not data_dir().is_dir():
@@ -125,7 +181,11 @@ def main() -> int:
     qa = result["stages"].get("openqa_eval")
     if qa is not None:
         print(open_qa_summary(store.open(qa["artifact"]).manifest))
-    record = demo_record(result, store, time.perf_counter() - started)
+    wall = time.perf_counter() - started
+    record = demo_record(result, store, wall)
+    # a timing is a run on quiet cores: the record says how much else ran beside it
+    record["other_cpu_share"] = other_cpu_share((busy_start, machine_busy_seconds()),
+                                                (own_start, tree_cpu_seconds()), wall, os.cpu_count() or 1)
     if RESULT.parent.is_dir():  # a checkout: the demo-timings page renders this file
         RESULT.write_text(json.dumps(record, indent=2) + "\n")
         print(f"\n  timings:  {RESULT} ({record['wall_seconds'] / 60:.1f} min, "
