@@ -771,6 +771,38 @@ def realm_reading_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def knowledge_table(result: Result) -> str:
+    """The knowledge corpus grown without training (bench/knowledge.py): what `realm add` costs
+    against a full re-index in the same run, whether the incremental index equals the rebuilt one,
+    and what the demo system answers about articles before and after they are added."""
+    a, eq = result["added_articles"], result["incremental_equals_full"]
+    lo, hi = a["em_after_minus_test_ci95"]
+    lines = ["| `realm add` on the demo system | blocks | wall seconds | of a full re-index |", "|---|---:|---:|---:|",
+             f"| one SQuAD article | {result['one_article_blocks']:,} | {result['add_one_article_s']:.1f} | "
+             f"{100 * result['add_one_article_s'] / result['full_reindex_s']:.0f}% |",
+             f"| 10% more blocks (one article and Wikipedia articles) | {result['ten_percent_blocks']:,} | "
+             f"{result['add_ten_percent_s']:.1f} | **{100 * result['ten_percent_over_full']:.0f}%** |",
+             f"| peer: full re-index (`realm add --reembed`, {result['encoders']} encoder(s)) | "
+             f"{result['corpus_blocks']:,} | {result['full_reindex_s']:.1f} | 100% |",
+             "",
+             f"Incremental index against the full re-index, the same blocks searched by {eq['queries']:,} "
+             f"SQuAD-open questions (flat index, top 10): {'equal' if eq['equal'] else 'NOT equal'} (identical ids "
+             f"for {100 * eq['ids_identical_fraction']:.1f}% of queries, largest score difference "
+             f"{eq['max_score_difference']:.1e}).",
+             "",
+             f"| {a['system']} + reader, SQuAD questions | questions | EM (%) |", "|---|---:|---:|",
+             f"| about {' and '.join(a['articles'])}, before `realm add` | {a['questions']} | {100 * a['em_before']:.1f} |",
+             f"| the same questions after `realm add` | {a['questions']} | **{100 * a['em_after']:.1f}** |",
+             f"| the same system on {', '.join(a['test_articles'])}, always in its corpus | {a['test_questions']} | "
+             f"{100 * a['test_em_same_system']:.1f} |",
+             "",
+             f"Added articles minus always-present articles: {100 * a['em_after_minus_test']:+.1f} points "
+             f"[{100 * lo:+.1f}, {100 * hi:+.1f}] (95% bootstrap over questions, independent samples). "
+             f"{result['cpu']['model']} ({result['cpu']['cores']} cores); the whole benchmark "
+             f"{_minutes(result['wall_seconds'])}."]
+    return "\n".join(lines)
+
+
 def _load(name: str) -> Result | None:
     path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -958,8 +990,9 @@ COLLECTIONS: dict[str, Callable[[], str]] = {"reader_studies": reader_studies_ta
 # a block rendered from another block's result file: {block name: result file name}
 SOURCES = {"openqa_summary": "openqa", "demo_summary": "demo"}
 TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,
-                                            "realm_reading": realm_reading_table,
+                                            "realm_reading": realm_reading_table, "knowledge": knowledge_table,
                                             "realm_reading_copy_start": realm_reading_table,
+                                            "realm_reading_copy_objective": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,

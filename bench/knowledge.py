@@ -1,0 +1,205 @@
+"""The knowledge corpus, measured on the demo system (after `make demo`), in one run on a
+hard-linked copy of its store (the demo's own store is left as it is):
+
+- cost: `realm add` of one article, and of 10% more blocks, against its peer, a full re-index of
+  the knowledge corpus (`realm add --reembed`: every block embedded again by the same encoders),
+  each the command a user types, timed from its start to its exit;
+- equality: the incremental version's index against the full re-index's, the same blocks searched
+  by 1,000 SQuAD-open questions (flat index: the same top-10 ids, scores within float error);
+- quality: two SQuAD test articles (38, 39) held out of the knowledge corpus (their questions
+  never trained on: the span reader trains on articles 0-29), their questions asked by BM25 +
+  reader before and after `realm add` puts them back, against the same system's EM on the other
+  test articles (35-37) asked the same way.
+
+    .venv/bin/python bench/knowledge.py          # writes bench/results/knowledge.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from peers import write_result  # noqa: E402
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import load_config, work_dir
+from realm_core.errors import MissingArtifactError
+from realm_core.graph import Resolver
+
+WORK = ROOT / "bench" / ".work" / "knowledge"
+HELD_OUT = (38, 39)        # SQuAD test articles taken out of the corpus, then added back
+SAME_SYSTEM = (35, 36, 37)  # the other test articles: the system's EM on what it always had
+SYSTEM = "bm25"
+
+
+def realm_command(args: list[str], root: Path) -> float:
+    """Run `realm ARGS` on the scratch store; its wall seconds (exits non-zero: stop)."""
+    t0 = time.perf_counter()
+    r = subprocess.run([str(Path(sys.executable).parent / "realm"), *args, "--preset", "demo", "--root", str(root)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"realm {' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def jsonl(path: Path, docs: list[dict[str, Any]]) -> Path:
+    """Documents as `realm add` reads them: each native id (the doc id less its source prefix)."""
+    path.write_text("".join(json.dumps({"id": d["doc_id"].split(":", 1)[1], "title": d["title"], "text": d["text"]})
+                            + "\n" for d in docs))
+    return path
+
+
+def exact_match_of(engine: Any, questions: list[Any]) -> list[bool]:
+    from realm_core.openqa.finetune import answer_correct
+
+    answers = engine.ask([q.question for q in questions], SYSTEM)
+    return [answer_correct(a.answer, q) for a, q in zip(answers, questions, strict=True)]
+
+
+def bootstrap_difference(a: list[bool], b: list[bool], resamples: int = 10_000, seed: int = 0) -> list[float]:
+    """95% interval of mean(a) - mean(b) for two independent samples of questions."""
+    rng = np.random.default_rng(seed)
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    deltas = (x[rng.integers(0, len(x), (resamples, len(x)))].mean(1)
+              - y[rng.integers(0, len(y), (resamples, len(y)))].mean(1))
+    lo, hi = np.percentile(deltas, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def squad_questions(articles: tuple[int, ...]) -> list[Any]:
+    from realm_core.config import resolve_data_path
+    from realm_core.openqa.reading import QAQuestion
+    from realm_core.questions import squad_questions as read
+
+    path = resolve_data_path("data:squad/squad-v1.1-dev.articles-00-39.json")
+    out = []
+    for a in articles:
+        out += [QAQuestion(q.qid, q.question, q.answers) for q in read(path, (a, a)).questions]
+    return out
+
+
+def search_equality(incremental: Any, full: Any, encoder_hash: str, questions: list[str], query_encoder: Any,
+                    tokenizer: Any) -> dict[str, Any]:
+    """Top-10 of the same queries over each version's vectors by one encoder (flat, exact)."""
+    from realm_core.retrieval.embed import embed_queries
+    from realm_core.retrieval.index import MipsIndex
+
+    q = embed_queries(query_encoder, tokenizer, questions, 32, 64)
+    results = []
+    for version in (incremental, full):
+        index = MipsIndex.build(q.shape[1], "Flat")
+        index.add(version.vectors(encoder_hash), version.block_ids)
+        results.append(index.search(q, 10))
+    (s1, i1), (s2, i2) = results
+    same = np.all(i1 == i2, axis=1)  # (Q,)
+    diff = float(np.max(np.abs(s1 - s2)))
+    return {"equal": bool(same.all() and diff <= 1e-3), "queries": len(questions),
+            "ids_identical_fraction": float(same.mean()), "max_score_difference": diff}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default=None, help="the demo's artifact store (default $REALM_WORK_DIR/artifacts)")
+    args = ap.parse_args()
+    from realm_core.knowledge_corpus import add_documents, tracked_encoders
+    from realm_core.query import QueryEngine
+    from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+    from realm_core.retrieval.versions import encoder_dir, load_index
+
+    cfg = load_config("demo")
+    source = Path(args.root or work_dir() / "artifacts")
+    try:
+        QueryEngine(Resolver(cfg, ArtifactStore(str(source)))).stages.run(f"finetune_{SYSTEM}")
+    except MissingArtifactError as e:
+        raise SystemExit(f"error: {source}: the demo's BM25 + reader is not there; run `make demo` first ({e})") from None
+    t_run = time.perf_counter()
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    WORK.mkdir(parents=True)
+    root = WORK / "art"
+    subprocess.run(["cp", "-al", str(source), str(root)], check=True)  # hard links: no copy of the bytes
+    shutil.rmtree(root / "knowledge", ignore_errors=True)
+    resolver = Resolver(cfg, ArtifactStore(str(root)))
+    docs = resolver.store.open(resolver.ref("ingest"), kind="documents").read_table(
+        "documents", ["doc_id", "title", "text", "source"]).to_pylist()
+    by_id = {d["doc_id"]: d for d in docs}
+    data = json.loads(Path(os.environ.get("REALM_DATA_DIR", ROOT.parent / "shared" / "data"),
+                           "squad/squad-v1.1-dev.articles-00-39.json").read_text())["data"]
+    held = [by_id["squad:" + data[a]["title"].replace(" ", "_")] for a in HELD_OUT]
+    blocks = resolver.store.open(resolver.ref("chunk"), kind="blocks").read_table("blocks", ["doc_id"])
+    per_doc: dict[str, int] = {}
+    for d in blocks.column("doc_id").to_pylist():
+        per_doc[d] = per_doc.get(d, 0) + 1
+    target = blocks.num_rows // 10 - per_doc[held[1]["doc_id"]]  # the second article and Wikipedia articles
+    wiki, n = [], 0
+    for d in docs:
+        if d["source"] == "enwiki" and n < target:
+            wiki.append(d)
+            n += per_doc.get(d["doc_id"], 0)
+    # the starting point: the corpus without them (version 1 the pretraining corpus, version 2 without)
+    add_documents(resolver, remove_docs=[d["doc_id"] for d in [*held, *wiki]])
+    engine = QueryEngine(Resolver(cfg, ArtifactStore(str(root))))
+    held_questions, other_questions = squad_questions(HELD_OUT), squad_questions(SAME_SYSTEM)
+    before = exact_match_of(engine, held_questions)
+    # one article, then 10% more blocks, then the full re-index: each the command a user types
+    one = realm_command(["add", str(jsonl(WORK / "one.jsonl", held[:1])), "--name", "squad"], root)
+    ten = [jsonl(WORK / "second.jsonl", held[1:]), jsonl(WORK / "wikipedia.jsonl", wiki)]
+    corpus = KnowledgeCorpus.of_store(ArtifactStore(str(root)))
+    before_ten = corpus.current()
+    t0 = time.perf_counter()
+    realm_command(["add", str(ten[0]), "--name", "squad"], root)
+    realm_command(["add", str(ten[1]), "--name", "enwiki"], root)
+    ten_s = time.perf_counter() - t0
+    incremental = corpus.current()
+    assert before_ten is not None and incremental is not None
+    added_blocks = len(incremental.block_ids) - len(before_ten.block_ids)
+    full_s = realm_command(["add", "--reembed"], root)
+    full = corpus.current()
+    assert full is not None
+    after = exact_match_of(QueryEngine(Resolver(cfg, ArtifactStore(str(root)))), held_questions)
+    same_system = exact_match_of(QueryEngine(Resolver(cfg, ArtifactStore(str(root)))), other_questions)
+    # equality on the index's encoder, searched by its own query encoder
+    _, art = load_index(resolver.store)
+    doc = encoder_dir(resolver.store, art)
+    index_hash = next(h for h, c in tracked_encoders(resolver).items() if c.doc_encoder == doc)
+    query_dir = str(Path(doc).parent / "query_encoder") if doc.endswith("doc_encoder") else doc
+    from realm_core.bert import load_tokenizer
+
+    queries = [q.question for q in squad_questions(tuple(range(30, 40)))][:1000]
+    equality = search_equality(incremental, full, index_hash, queries,
+                               RetrieverEncoder.from_pretrained(query_dir).eval(), load_tokenizer(query_dir))
+    result = {
+        "machine": platform.machine(), "cpu": __import__("flows.demo", fromlist=["x"]).cpu_description(),
+        "corpus_blocks": int(blocks.num_rows), "encoders": len(full.encoders),
+        "add_one_article_s": round(one, 1), "one_article_blocks": per_doc[held[0]["doc_id"]],
+        "add_ten_percent_s": round(ten_s, 1), "ten_percent_blocks": added_blocks,
+        "full_reindex_s": round(full_s, 1), "ten_percent_over_full": round(ten_s / full_s, 3),
+        "incremental_equals_full": equality,
+        "added_articles": {
+            "articles": [data[a]["title"] for a in HELD_OUT], "questions": len(held_questions), "system": SYSTEM,
+            "em_before": float(np.mean(before)), "em_after": float(np.mean(after)),
+            "test_em_same_system": float(np.mean(same_system)), "test_questions": len(other_questions),
+            "test_articles": [data[a]["title"] for a in SAME_SYSTEM],
+            "em_after_minus_test": float(np.mean(after) - np.mean(same_system)),
+            "em_after_minus_test_ci95": bootstrap_difference(after, same_system)},
+        "wall_seconds": round(time.perf_counter() - t_run, 1)}
+    write_result("knowledge", result)
+    print(json.dumps({k: v for k, v in result.items() if k != "cpu"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
