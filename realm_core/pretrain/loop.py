@@ -20,7 +20,7 @@ accelerator waits on, is labelled `realm.search` and `realm.batching` for `torch
 
 Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim,
 V vocabulary, U distinct blocks of a step (null included), E held-out examples, S logged steps,
-W steps in the unfreeze gate's window.
+W steps in the unfreeze gate's window, C blocks that hold an example's span.
 """
 
 from __future__ import annotations
