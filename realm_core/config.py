@@ -123,7 +123,10 @@ class EmbedConfig(StageConfig):
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "shard_size", "workers", "device",
                                                             "tokenizer_parallel"})
     # The stages hash the encoder's weights (`encoder_hash`); its path is often an artifact's.
-    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"doc_encoder"})
+    # `encoder_from` only says which encoder the index stage resolves to `doc_encoder`: embeddings
+    # of one encoder are one artifact however it was named (the pipeline's index, the retrieval
+    # evaluation's and REALM's first index share them).
+    LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"doc_encoder", "encoder_from"})
 
     doc_encoder: str = Field(BUNDLED_ENCODER, description="retriever dir, bundled name or HF BERT dir")
     encoder_from: Literal["warm_start", "latest", "config"] = Field(

@@ -28,7 +28,8 @@ from realm_core.retrieval.retrievers import (
     Question,
     Retriever,
 )
-from realm_core.retrieval.warm_start import run_warm_start_ict
+from realm_core.retrieval.stage import run_embed_blocks
+from realm_core.retrieval.warm_start import doc_encoder_dir, run_warm_start_ict
 from realm_core.spans.mining import run_mine_spans
 
 BLOCKS = ["Paris is the capital of France.", "Berlin is the capital of Germany.",
@@ -136,6 +137,10 @@ def test_tiny_evaluation_measures_every_system_in_one_run(shared_data: Path, tmp
     assert rows.num_rows == 4 * (squad["questions"] + results["dpr-nq-sample"]["questions"])
     assert "| BM25 |" in result.report
     assert run_evaluate_retrieval(store, blocks.ref, systems, cfg.retrieval_eval).cached is True
+    # the index's embeddings (its encoder named by `encoder_from`) are the ICT row's: one artifact
+    index_embed = cfg.embed.model_copy(update={"doc_encoder": doc_encoder_dir(retriever.ref),
+                                               "encoder_from": "config"})
+    assert run_embed_blocks(store, blocks.ref, index_embed).cached is True
     # the demo's pipeline leaves the two reference rows (two corpus embeddings) to bench/retrieval.py
     lean = standard_systems(retriever.ref, cfg.embed, cfg.ict.encoder, cfg.ict.projection_dim, cfg.ict.seed,
                             references=False)
