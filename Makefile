@@ -131,7 +131,7 @@ realm-copy-start: $(STAMP)
 		--name $(COPY_NAME) $(PRECISION_SET)
 	$(BIN)/python bench/readme_tables.py $(COPY_NAME)
 
-# REALM Table 2 at the demo's pretraining budget: every ablation row (docs/experiments/table-2.md).
+# REALM Table 2 at a 2-core pretraining budget: every ablation row (docs/experiments/table-2.md).
 realm-table: $(STAMP)
 	$(BIN)/python experiments/pretrain.py --table --config experiments/configs/realm_table.yaml --name realm_table $(PRECISION_SET)
 	$(BIN)/python bench/readme_tables.py

@@ -4,9 +4,9 @@ each warm start trained with the same budget (steps x batch x tokens per example
 evaluated in one run on the same blocks. With --openqa, also REALM pretraining from each warm
 start followed by open-QA fine-tuning and exact match on SQuAD-open (same budgets).
 
-Stages run through the artifact cache of the work dir (ICT comes from `make demo`).
+Stages run through the artifact cache of the work dir, at the budgets of --config.
 
-    .venv/bin/python experiments/warm_start.py [--preset demo] [--root work/artifacts] [--openqa] [--steps N]
+    .venv/bin/python experiments/warm_start.py [--preset demo] [--config F] [--root work/artifacts] [--openqa] [--steps N]
 
 --steps N trains every warm start for N steps: a cheaper comparison at an equal, smaller budget
 (the table's budget column says which was run).
@@ -67,12 +67,14 @@ def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: ArtifactRef, sp
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
+    ap.add_argument("--config", default="experiments/configs/warm_start.yaml",
+                    help="YAML over the preset (default: the research budgets this table was measured at)")
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--openqa", action="store_true", help="also REALM-pretrain and fine-tune from each warm start")
     ap.add_argument("--steps", type=int, default=None,
                     help="train every warm start (ICT included) for this many steps instead of the preset's")
     args = ap.parse_args()
-    cfg = load_config(args.preset, overrides=[f"{s}.steps={args.steps}" for s in ("ict", "retromae")]
+    cfg = load_config(args.preset, args.config, [f"{s}.steps={args.steps}" for s in ("ict", "retromae")]
                       if args.steps else ())
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
