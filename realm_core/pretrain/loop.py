@@ -19,8 +19,8 @@ accelerator waits on, is labelled `realm.search` and `realm.batching` for `torch
 (bench/gpu.py reads them); the labels cost nothing when no profiler runs.
 
 Shapes: B batch, K blocks per example (null included), T tokens, M masked positions, D dim,
-V vocabulary, U distinct blocks of a step (null included), E held-out examples, S logged steps,
-W steps in the unfreeze gate's window, C blocks that hold an example's span.
+V vocabulary, U distinct blocks of a step (null included), E held-out examples, C blocks that
+hold an example's span. The retriever's cold-start schedule is `realm_core.pretrain.schedule`'s.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from realm_core.pretrain.reader import (
 )
 from realm_core.pretrain.reading import allowed_holders, evidence_loss
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
+from realm_core.pretrain.schedule import first_trained_step, retriever_learns_at
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import pad_sequences
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -228,62 +229,6 @@ def batch_metrics(out: MarginalOutput, batch: ReaderBatch, scores: torch.Tensor,
         else:
             metrics["retrieval_utility"] = 0.0
     return metrics
-
-
-def utility_below_zero(steps: list[dict[str, float]], window: int) -> tuple[int, int] | None:
-    """The longest stretch (first step, last step) over which the mean retrieval utility of every
-    `window` consecutive steps stays below 0: retrieved blocks made the masked spans less likely
-    than the null block for that long, the sign of a retriever collapsing onto it (REALM §4.5
-    watches the same quantity). None when no window's mean is below 0."""
-    values = np.asarray([r.get("retrieval_utility", 0.0) for r in steps], dtype=np.float64)
-    if len(values) < window:
-        return None
-    means = np.convolve(values, np.ones(window) / window, mode="valid")  # (S - window + 1,)
-    best: tuple[int, int] | None = None
-    run_start = None
-    for i, below in enumerate([*(means < 0), False]):
-        if below and run_start is None:
-            run_start = i
-        elif not below and run_start is not None:
-            first, last = int(steps[run_start]["step"]), int(steps[i - 1 + window - 1]["step"])
-            if best is None or last - first > best[1] - best[0]:
-                best = (first, last)
-            run_start = None
-    return best
-
-
-def retriever_trained(row: dict[str, float], frozen_steps: int) -> bool:
-    """Whether the encoders had a gradient at the step `row` logs (rows written before the
-    `retriever_trained` column: every step past the frozen first phase)."""
-    return bool(row.get("retriever_trained", float(row["step"] > frozen_steps)))
-
-
-def retriever_learns_at(step: int, history: list[dict[str, float]], config: PretrainConfig) -> bool:
-    """Whether the encoders get a gradient at `step` (0-based), given the rows of the steps
-    before it: never under `freeze_retriever`, not in the frozen first phase, and, with
-    `retriever_unfreeze_utility`, not until the mean retrieval utility of the last
-    `utility_window` steps is above it by `utility_standard_errors` standard errors of that mean
-    (a mean that crosses it by chance does not open the gate); once they have trained they keep
-    training. A function
-    of the logged rows only, so a resumed run (and every rank) decides as the first did."""
-    if config.freeze_retriever or step < config.retriever_frozen_steps:
-        return False
-    if config.retriever_unfreeze_utility is None or (history and retriever_trained(history[-1], config.retriever_frozen_steps)):
-        return True
-    recent = history[-config.utility_window:]
-    if len(recent) < config.utility_window:
-        return False
-    utility = np.asarray([r.get("retrieval_utility", 0.0) for r in recent])  # (W,)
-    standard_error = float(utility.std(ddof=1) / np.sqrt(len(utility))) if len(utility) > 1 else 0.0
-    return float(utility.mean()) - config.utility_standard_errors * standard_error > config.retriever_unfreeze_utility
-
-
-def first_trained_step(history: list[dict[str, float]], frozen_steps: int) -> int | None:
-    """The 0-based step at which the encoders first had a gradient, or None."""
-    for row in history:
-        if retriever_trained(row, frozen_steps):
-            return int(row["step"]) - 1
-    return None
 
 
 EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")

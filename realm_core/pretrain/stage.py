@@ -37,16 +37,10 @@ from realm_core.pretrain.heldout import (
     recoverable,
     split_heldout,
 )
-from realm_core.pretrain.loop import (
-    PretrainData,
-    RealmModels,
-    first_trained_step,
-    retriever_trained,
-    train_realm,
-    utility_below_zero,
-)
+from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
+from realm_core.pretrain.schedule import first_trained_step, retriever_trained, utility_below_zero
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_blocks

@@ -13,7 +13,6 @@ import torch
 from realm_core.config import PretrainConfig
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import is_heldout
-from realm_core.pretrain.loop import first_trained_step, retriever_learns_at, utility_below_zero
 from realm_core.pretrain.mechanism import (
     CITIES,
     fact_examples,
@@ -22,6 +21,7 @@ from realm_core.pretrain.mechanism import (
     make_corpus,
     prior_accuracy,
 )
+from realm_core.pretrain.schedule import first_trained_step, retriever_learns_at, utility_below_zero
 from realm_core.spans.masking import MaskedExample
 
 
