@@ -120,9 +120,11 @@ class Curves:
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig,
                   placement: Placement | None = None,
-                  train_retriever: bool = True) -> tuple[MarginalOutput, ReaderBatch, torch.Tensor]:
+                  train_retriever: bool = True) -> tuple[MarginalOutput, ReaderBatch, torch.Tensor, np.ndarray | None]:
     """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch; the
-    encoders get no gradient under `pretrain.freeze_retriever` or when `train_retriever` is False."""
+    encoders get no gradient under `pretrain.freeze_retriever` or when `train_retriever` is False.
+    Returns (the marginal, the reader batch, the (B, K) relevance scores, the (B, D) query
+    embeddings it searched with; None without retrieval)."""
     place = placement or Placement.single()
     dev = place.device
     tok = data.tokenizer
@@ -133,6 +135,7 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         candidates = np.zeros((b, 0), dtype=np.int64)
         scores = torch.zeros((b, 1), device=dev)  # (B, 1): the null block alone, p(null|x) = 1
         batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length).to(dev)
+        queries = None
     else:
         with retriever_grad, place.compute():
             ids, mask = pad_sequences([ex.input_ids for ex in examples], tok.pad_token_id)
@@ -168,27 +171,25 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
     with place.compute():
         token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
     out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask)
-    return out, batch, scores
+    return out, batch, scores, queries
 
 
-def copy_term(models: RealmModels, examples: list[MaskedExample], index: IndexHandle, data: PretrainData,
-              config: PretrainConfig, placement: Placement) -> tuple[torch.Tensor, int, int]:
+def copy_term(models: RealmModels, examples: list[MaskedExample], queries: np.ndarray, index: IndexHandle,
+              data: PretrainData, config: PretrainConfig, placement: Placement) -> tuple[torch.Tensor, int, int]:
     """The copy objective beside REALM's (`pretrain.copy_weight`) for one (micro-)batch: for each
     example whose masked span an allowed block holds, -log p(y|x,z*) of the reader reading z*
     alone, z* the holder that the current query encoder scores highest against the index's
-    vectors (the retriever's own best guess among the blocks that could answer). Returns (the sum
+    vectors (the retriever's own best guess among the blocks that could answer; `queries` (B, D)
+    are the batch's query embeddings `realm_forward` searched with). Returns (the sum
     over those examples, with gradient into the reader only; how many had a holder; how many of
     them the reader got right)."""
     dev = placement.device
-    with torch.no_grad(), placement.compute():
-        ids, mask = pad_sequences([ex.input_ids for ex in examples], data.tokenizer.pad_token_id)
-        q = unwrap(models.query_encoder)(ids.to(dev), mask.to(dev)).float().cpu().numpy()  # (B, D)
     rows, chosen = [], []
     for i, ex in enumerate(examples):
         held = allowed_holders(ex, data.locator, data.blocks, config.exclusion)  # (C,)
         if len(held):
             rows.append(i)
-            chosen.append(int(held[np.argmax(index.index.reconstruct(held) @ q[i])]))
+            chosen.append(int(held[np.argmax(index.index.reconstruct(held) @ queries[i])]))
     if not rows:
         return torch.zeros((), device=dev), 0, 0
     nll, right = evidence_loss(models.reader, [examples[i] for i in rows], np.asarray(chosen, dtype=np.int64),
@@ -253,7 +254,7 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
     with torch.no_grad():
         for start in range(0, len(mine), config.batch_size):
             chunk = mine[start:start + config.batch_size]
-            out, batch, scores = realm_forward(models, chunk, index, data, config, place)
+            out, batch, scores, _ = realm_forward(models, chunk, index, data, config, place)
             answer = answer_in_batch(chunk, batch, data)  # (b,)
             for k, v in batch_metrics(out, batch, scores, answer).items():
                 totals[k] += v * len(chunk)
@@ -352,13 +353,13 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         for start_i in starts:
             chunk = examples[start_i:start_i + micro]
             with gradient_sync(syncing, sync=start_i == starts[-1]):
-                out, batch, scores = realm_forward(shared, chunk, index, data, config, place,
-                                                   train_retriever=retriever_learns)
+                out, batch, scores, queries = realm_forward(shared, chunk, index, data, config, place,
+                                                            train_retriever=retriever_learns)
                 weight = len(chunk) * place.world_size / len(picks)
                 loss = out.loss
-                if copying and index is not None:
+                if copying and index is not None and queries is not None:
                     # the mean over the chunk's examples, those without a holder adding 0
-                    nll, n_held, n_right = copy_term(shared, chunk, index, data, config, place)
+                    nll, n_held, n_right = copy_term(shared, chunk, queries, index, data, config, place)
                     loss = loss + config.copy_weight * nll / len(chunk)
                     for k, v in zip(copied, (float(nll.detach()), n_held, n_right), strict=True):
                         copied[k] += v

@@ -104,7 +104,7 @@ def test_gradients_reach_the_reader_and_both_retriever_encoders(setup: Setup) ->
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, exclusion="article")
     # the step's host side is labelled for torch.profiler (bench/gpu.py times it so)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        out, batch, scores = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
+        out, batch, scores, _ = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
                                            config)
     out.loss.backward()
     assert batch.block_ids[0].tolist() == [-1, 3, -1]  # own article (blocks 0-2) excluded
@@ -122,7 +122,7 @@ def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder(se
     assert np.array_equal(index.reconstruct(np.array([[3, -1]])), np.stack([vectors[3], np.zeros(16)])[None])
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, relevance="index",
                             exclusion="article")
-    out, batch, scores = realm_forward(setup.models, [ex], IndexHandle(index, 0), setup.data, config)
+    out, batch, scores, _ = realm_forward(setup.models, [ex], IndexHandle(index, 0), setup.data, config)
     q = setup.models.query_encoder
     with torch.no_grad():
         query = q(torch.tensor([ex.input_ids]), torch.ones(1, len(ex.input_ids), dtype=torch.long))
@@ -153,8 +153,8 @@ def test_bf16_autocast_step_tracks_the_fp32_step(setup: Setup) -> None:
 
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
     handle = IndexHandle(setup.index, 0)
-    fp32, batch32, _ = realm_forward(setup.models, [setup.example], handle, setup.data, config)
-    bf16, batch16, scores = realm_forward(setup.models, [setup.example], handle, setup.data,
+    fp32, batch32, _, _ = realm_forward(setup.models, [setup.example], handle, setup.data, config)
+    bf16, batch16, scores, _ = realm_forward(setup.models, [setup.example], handle, setup.data,
                                           config.model_copy(update={"precision": "bf16"}),
                                           Placement(torch.device("cpu"), "bf16"))
     assert batch16.block_ids.tolist() == batch32.block_ids.tolist()
@@ -181,7 +181,9 @@ def test_the_copy_term_reads_the_best_scored_allowed_holder_alone(setup: Setup) 
         q = setup.models.query_encoder(torch.tensor([held.input_ids]), torch.ones(1, len(held.input_ids),
                                                                                   dtype=torch.long))[0]
     z = int(np.argmax(setup.vectors[[0, 1, 2]] @ q.numpy()))
-    nll, n_held, n_right = copy_term(setup.models, [held, nowhere], handle, data, config, Placement.single())
+    queries = np.stack([q.numpy(), setup.models.query_encoder(
+        torch.tensor([nowhere.input_ids]), torch.ones(1, len(nowhere.input_ids), dtype=torch.long))[0].detach().numpy()])
+    nll, n_held, n_right = copy_term(setup.models, [held, nowhere], queries, handle, data, config, Placement.single())
     batch = reader_batch([held], np.array([[z]]), data.blocks, tok, config.reader_length)
     with torch.no_grad():
         log_probs = setup.models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (1, 2, M, V)
@@ -194,6 +196,6 @@ def test_the_copy_term_reads_the_best_scored_allowed_holder_alone(setup: Setup) 
     # the retriever only picks z*: no gradient reaches it through the copy term
     assert all(p.grad is None for p in setup.models.query_encoder.parameters())
     # an example with its own block the only holder has none: own block 1 ("London")
-    alone, n, _ = copy_term(setup.models, [_example(tok, "London is big.", 1)], handle, data, config,
+    alone, n, _ = copy_term(setup.models, [_example(tok, "London is big.", 1)], queries[:1], handle, data, config,
                             Placement.single())
     assert n == 0 and float(alone) == 0.0
