@@ -62,9 +62,8 @@ def copy_trained_reader(cfg: PipelineConfig, store: ArtifactStore, corpus: Any, 
     (`train_copy_reader`). Saved under `root` by what it depends on; returns its directory."""
     from realm_core.distributed import Placement
     from realm_core.pretrain.mechanism import fact_examples, gold_blocks
-    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
-    from realm_core.pretrain.reading import CopyTraining, train_copy_reader
+    from realm_core.pretrain.reading import CopyTraining, copy_trained
     from realm_core.pretrain.stage import run_warm_reader
 
     p = cfg.pretrain
@@ -75,15 +74,9 @@ def copy_trained_reader(cfg: PipelineConfig, store: ArtifactStore, corpus: Any, 
     facts = [e for e, f in zip(train, fact_examples(train, corpus, tokenizer), strict=True) if f]
     training = CopyTraining(steps=steps, batch_size=p.batch_size, learning_rate=p.learning_rate,
                             reader_length=p.reader_length, warmup_steps=p.warmup_steps, seed=p.seed)
-    tag = hashlib.sha256(json.dumps([start, training.__dict__, len(facts)], sort_keys=True).encode()).hexdigest()[:12]
-    saved = root / "copy-readers" / tag / "reader"
-    if not (saved / "config.json").is_file():
-        reader = KnowledgeAugmentedEncoder.from_pretrained(start, dropout=p.dropout, seed=p.seed)
-        train_copy_reader(reader, facts, gold_blocks(facts, blocks, corpus.partner()), blocks, tokenizer,
-                          training, saved.parent / "checkpoints", place, progress())
-        reader.save_pretrained(saved)
-        tokenizer.save_pretrained(str(saved))
-    return str(saved)
+    saved, _ = copy_trained(start, facts, gold_blocks(facts, blocks, corpus.partner()), blocks, tokenizer,
+                            training, root / "copy-readers", [start], place, progress(), dropout=p.dropout)
+    return saved
 
 
 def mechanism_examples(cfg: PipelineConfig, store: ArtifactStore) -> tuple[Any, Any, list[Any], list[Any]]:

@@ -39,8 +39,6 @@ same config); the pretraining runs are only read, never trained here.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
 import platform
 import sys
@@ -104,9 +102,9 @@ def main() -> None:
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
     from realm_core.pretrain.reading import (
         CopyTraining,
+        copy_trained,
         oracle_blocks,
         read_blocks,
-        train_copy_reader,
     )
     from realm_core.pretrain.refresh import IndexHandle
     from realm_core.pretrain.stage import run_warm_reader
@@ -231,18 +229,14 @@ def main() -> None:
         training = CopyTraining(steps=args.copy_steps, batch_size=args.copy_batch,
                                 learning_rate=args.copy_lr or p.learning_rate, reader_length=p.reader_length,
                                 warmup_steps=max(1, args.copy_steps // 10), seed=p.seed)
-        tag = hashlib.sha256(json.dumps([readers[start], warm_ref.content_hash, training.__dict__,
-                                         len(evidence_examples)], sort_keys=True).encode()).hexdigest()[:12]
-        checkpoints = work_dir() / "experiments" / "reader-copy" / tag
-        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(readers[start], dropout=p.dropout, seed=p.seed)
-        curve = train_copy_reader(copy_reader, evidence_examples, train_oracle.block[keep], blocks, tokenizer,
-                                  training, checkpoints, placement, LogProgress(log, every=60))
-        saved = checkpoints / "reader"  # a reader directory pretraining can start from
-        if not (saved / "config.json").is_file():
-            copy_reader.save_pretrained(saved)
-            tokenizer.save_pretrained(str(saved))
+        saved, curve = copy_trained(readers[start], evidence_examples, train_oracle.block[keep], blocks, tokenizer,
+                                    training, work_dir() / "experiments" / "reader-copy",
+                                    [readers[start], warm_ref.content_hash], placement,
+                                    LogProgress(log, every=60), dropout=p.dropout)
+        checkpoints = Path(saved).parent
+        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(saved, dropout=p.dropout, seed=p.seed)
         tail = curve[-min(50, len(curve)):]
-        copy = {"reader": str(saved), "steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
+        copy = {"reader": saved, "steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
                 "training_examples": len(evidence_examples), "pool": len(pool),
                 "final_train_span_accuracy": sum(r["span_accuracy"] for r in tail) / len(tail),
                 "final_train_loss": sum(r["loss"] for r in tail) / len(tail), "checkpoints": str(checkpoints),

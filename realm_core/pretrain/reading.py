@@ -179,3 +179,30 @@ def train_copy_reader(reader: Any, examples: Sequence[MaskedExample], evidence: 
 
     return train_reader_steps(reader, config, step_loss, checkpoint_root, progress, placement,
                               "reader copy training (evidence blocks)", "lower the learning rate")
+
+
+def copy_trained(start: str, examples: Sequence[MaskedExample], evidence: np.ndarray, blocks: BlockTexts,
+                 tokenizer: Any, config: CopyTraining, root: Any, identity: Sequence[Any], placement: Any,
+                 progress: Any, dropout: float = 0.0) -> tuple[str, list[dict[str, float]]]:
+    """The reader `start` copy-trained on `examples` with their `evidence` blocks
+    (`train_copy_reader`), saved with its tokenizer as a reader directory pretraining can start
+    from (`pretrain.reader_encoder`): root/<tag>/reader, the tag a hash of `identity` (what the
+    caller's examples depend on; the training config and their count are added), its checkpoints
+    beside it, so a killed run resumes and a finished one is reused. Returns (the directory,
+    the training curve)."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+
+    tag = hashlib.sha256(json.dumps([*identity, config.__dict__, len(examples)],
+                                    sort_keys=True).encode()).hexdigest()[:12]
+    checkpoints = Path(root) / tag
+    saved = checkpoints / "reader"
+    reader = KnowledgeAugmentedEncoder.from_pretrained(start, dropout=dropout, seed=config.seed)
+    curve = train_copy_reader(reader, examples, evidence, blocks, tokenizer, config, checkpoints, placement, progress)
+    if not (saved / "config.json").is_file():
+        reader.save_pretrained(saved)
+        tokenizer.save_pretrained(str(saved))
+    return str(saved), curve
