@@ -827,11 +827,11 @@ READER_STUDIES: tuple[tuple[str, str, str, str], ...] = (
     ("openqa_gold_negatives_dev", "dev", "one BM25 hard negative per gold paragraph (removed)", "gold paragraphs only"),
     ("openqa_gold_block_dev", "dev", "the corpus block as the gold positive (removed)", "SQuAD's paragraph"),
     ("openqa_ict_pooling_dev", "dev", "ICT with mean pooling (removed)", "ICT with [CLS] pooling"),
-    ("openqa_ict_batch_dev", "dev", "ICT 30 steps of 1,024 contexts", "the demo's 60 of 256"),
-    ("openqa_ict_batch60_dev", "dev", "ICT 60 steps of 1,024 contexts", "the demo's 60 of 256"),
-    ("openqa_ict_batch60_test", "test", "ICT 60 steps of 1,024 contexts", "the demo's 60 of 256"),
-    ("openqa_ict_len288_dev", "dev", "ICT on whole 288-wordpiece blocks", "the demo's 64-wordpiece view"),
-    ("openqa_ict_len288_test", "test", "ICT on whole 288-wordpiece blocks", "the demo's 64-wordpiece view"),
+    ("openqa_ict_batch_dev", "dev", "ICT 30 steps of 1,024 contexts", "60 of 256"),
+    ("openqa_ict_batch60_dev", "dev", "ICT 60 steps of 1,024 contexts", "60 of 256"),
+    ("openqa_ict_batch60_test", "test", "ICT 60 steps of 1,024 contexts", "60 of 256"),
+    ("openqa_ict_len288_dev", "dev", "ICT on whole 288-wordpiece blocks", "the 64-wordpiece view"),
+    ("openqa_ict_len288_test", "test", "ICT on whole 288-wordpiece blocks", "the 64-wordpiece view"),
 )
 
 
@@ -930,12 +930,11 @@ def answer_lengths_table(result: Result) -> str:
     return "\n".join(lines)
 
 
-STAGE_TITLES = {"ingest": "ingest", "chunk": "chunk into blocks", "spans": "salient spans",
-                "ict": "ICT warm start", "embed": "embed the blocks", "index": "build the index",
-                "retrieval_eval": "evaluate retrieval", "reader_mlm": "reader masked-LM warm-up",
-                "pretrain": "REALM pretraining", "questions": "load the questions",
-                "finetune_bm25": "fine-tune BM25 + reader", "finetune_ict": "fine-tune ICT",
-                "finetune_realm": "fine-tune REALM", "openqa_eval": "open-QA evaluation"}
+def _stage_title(name: str) -> str:
+    """A stage's title as the pipeline's own stage table gives it (realm_core.graph)."""
+    from realm_core.graph import BY_NAME
+
+    return BY_NAME[name].title if name in BY_NAME else name
 
 
 def _minutes(seconds: float) -> str:
@@ -957,7 +956,7 @@ def demo_table(result: Result) -> str:
     stage's seconds, the whole run, what its systems answer on SQuAD-open test."""
     lines = ["| stage | seconds |", "|---|---:|"]
     for name, seconds in result["stages"].items():
-        lines.append(f"| {STAGE_TITLES.get(name, name)} | {_minutes(seconds)} |")
+        lines.append(f"| {_stage_title(name)} | {_minutes(seconds)} |")
     lines.append(f"| **the whole run, to its summary** | **{_minutes(result['wall_seconds'])}** |")
     ems = " | ".join(f"{name} {100 * em:.1f}" for name, em in result["squad_open_em"].items())
     reads = result["reads"]
@@ -970,6 +969,31 @@ def demo_table(result: Result) -> str:
     if reads:
         lines[-1] += (f" The evaluation read {reads['pairs_read']:,} reader rows and reused "
                       f"{reads['pairs_reused']:,} that another system had read.")
+    return "\n".join(lines)
+
+
+def demo_cuts_table(result: Result) -> str:
+    """What the demo's budgets cost against the research budgets it was cut from: the two runs'
+    `realm evaluate --json` paired on SQuAD-open test by experiments/paired_runs.py (run a the
+    demo, run b the full-size budgets), each system's EM and R@k in each run and, for a system
+    both ran, the paired EM difference."""
+    a, b = result["runs"]["a"]["systems"], result["runs"]["b"]["systems"]
+    k = next((key for m in [*a.values(), *b.values()] for key in m if key.startswith("R@") and "read" not in key),
+             "R@5")
+    lines = [f"| system | full-size budgets: EM / {k} | demo budgets: EM / {k} | demo - full-size, EM points [95% CI], McNemar p |",
+             "|---|---:|---:|---|"]
+
+    def cell(m: dict[str, Any] | None) -> str:
+        return "-" if m is None else f"{100 * m['EM']:.1f} / {100 * m[k]:.1f}"
+
+    for name in [*b, *(n for n in a if n not in b)]:
+        p = result["paired"].get(name)
+        diff = ("not run by both" if p is None else
+                f"{100 * p['delta']:+.1f} [{100 * p['ci95'][0]:+.1f}, {100 * p['ci95'][1]:+.1f}], p {p['mcnemar_p']:.2g}")
+        lines.append(f"| {name} | {cell(b.get(name))} | {cell(a.get(name))} | {diff} |")
+    questions = next(iter(result["paired"].values()))["questions"] if result["paired"] else 0
+    lines += ["", f"SQuAD-open test, {questions:,} questions, the same in both runs; 95% bootstrap intervals over "
+              "questions."]
     return "\n".join(lines)
 
 
@@ -1011,7 +1035,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table,
                                             "cpu_precision_avx2": cpu_precision_table,
                                             "startup": startup_table, "answer_lengths": answer_lengths_table,
-                                            "demo": demo_table, "demo_summary": demo_summary,
+                                            "demo": demo_table, "demo_summary": demo_summary, "demo_cuts": demo_cuts_table,
                                             "pretrain": realm_gain_table, "openqa_gain": openqa_table,
                                             "realm_gain_collapse": collapse_table}
 
