@@ -57,7 +57,7 @@ def test_the_demo_timings_table_is_rendered_from_the_record() -> None:
               "stages": {"ingest": 4.0, "ict": 540.0}, "squad_open_em": {"BM25 + reader": 0.3535},
               "reads": {"pairs_read": 1000, "pairs_reused": 250}, "date": "2026-12-02"}
     assert readme_tables.demo_table(record).splitlines() == [
-        "| stage | seconds |", "|---|---:|", "| ingest | 4 s |", "| ICT warm start | 9.0 min |",
+        "| stage | seconds |", "|---|---:|", "| ingest | 4 s |", "| warm start (ICT) | 9.0 min |",
         "| **the whole run, to its summary** | **61.7 min** |", "",
         "every stage computed; Xeon (2 cores; avx2, avx512_bf16), 2 threads, bf16; 2026-12-02.", "",
         "SQuAD-open test EM (%): BM25 + reader 35.4. The evaluation read 1,000 reader rows and reused 250 "
