@@ -112,15 +112,30 @@ def first_version(resolver: Resolver, corpus: KnowledgeCorpus, encoders: dict[st
                            {h: encoder_entry(store, c) for h, c in encoders.items()}, chunking)
 
 
-def read_documents(paths: Sequence[str], kind: str, name: str | None, ingest: IngestConfig) -> list[dict[str, Any]]:
+def source_names(paths: Sequence[str], names: str | Sequence[str] | None) -> list[str]:
+    """Each file's source name: none given, each file's name up to its first dot; one, every
+    file's; one per file, paired in order (`realm add a.jsonl b.xml --name notes --name enwiki2`)."""
+    given = [names] if isinstance(names, str) else list(names or [])
+    if not given:
+        return [Path(p).name.split(".")[0] for p in paths]
+    if len(given) == 1:
+        return given * len(paths)
+    if len(given) != len(paths):
+        raise ConfigError(f"--name given {len(given)} times for {len(paths)} files: expected once for "
+                          "every file, or once per file in the files' order")
+    return given
+
+
+def read_documents(paths: Sequence[str], kind: str, names: str | Sequence[str] | None,
+                   ingest: IngestConfig) -> list[dict[str, Any]]:
     """Every document of the files, read whole before anything is written (a bad file raises the
-    ingest reader's InputError naming it); each tagged with its source name."""
+    ingest reader's InputError naming it); each tagged with its source name (`source_names`)."""
     from realm_core.ingest.stage import iter_source_documents
 
     docs = []
     stats: Counter[str] = Counter()
-    for path in paths:
-        spec = SourceSpec(kind=kind, path=str(Path(path).resolve()), name=name or Path(path).name.split(".")[0])
+    for path, name in zip(paths, source_names(paths, names), strict=True):
+        spec = SourceSpec(kind=kind, path=str(Path(path).resolve()), name=name)
         for doc in iter_source_documents(spec, ingest, stats, NoProgress()):
             docs.append({"doc_id": doc["doc_id"], "title": doc["title"], "text": doc["text"],
                          "source": spec.source_name})
@@ -197,7 +212,8 @@ def grow(corpus: KnowledgeCorpus, documents: list[dict[str, Any]], chunk: Callab
     return version, counts
 
 
-def add_documents(resolver: Resolver, paths: Sequence[str] = (), kind: str = "jsonl", name: str | None = None,
+def add_documents(resolver: Resolver, paths: Sequence[str] = (), kind: str = "jsonl",
+                  name: str | Sequence[str] | None = None,
                   remove_docs: Sequence[str] = (), remove_sources: Sequence[str] = (),
                   progress: Progress | None = None, log: Callable[[str], None] | None = None,
                   reembed_all: bool = False) -> Added:

@@ -237,7 +237,8 @@ class BundleEngine(Answerer):
                 "loaded": sorted(self.loaded_models()), "bytes_checked": checked, "verify": "content"}
 
 
-def bundle_add(path: str | Path, paths: Sequence[str] = (), kind: str = "jsonl", name: str | None = None,
+def bundle_add(path: str | Path, paths: Sequence[str] = (), kind: str = "jsonl",
+               name: str | Sequence[str] | None = None,
                remove_docs: Sequence[str] = (), remove_sources: Sequence[str] = (),
                log: Callable[[str], None] | None = None, reembed_all: bool = False) -> Added:
     """`realm add` on an exported system: its documents cut with its reader's tokenizer and the

@@ -19,9 +19,9 @@ Kind = Annotated[str, typer.Option(help="the files' format: jsonl (one {id, titl
 def add(files: Annotated[list[Path] | None, typer.Argument(help="documents to add, or to replace where their ids "
                                                                   "are known")] = None,
         kind: Kind = "jsonl",
-        name: Annotated[str | None, typer.Option(
-            help="source name: the prefix of the new doc ids and what --remove-source names later "
-                 "[default: each file's name]")] = None,
+        name: Annotated[list[str] | None, typer.Option(
+            help="source name: the prefix of the new doc ids and what --remove-source names later; "
+                 "once for every file, or once per file in the files' order [default: each file's name]")] = None,
         remove: Annotated[list[str] | None, typer.Option(
             "--remove", help="a doc id to remove (repeatable)")] = None,
         remove_source: Annotated[list[str] | None, typer.Option(
@@ -37,6 +37,7 @@ def add(files: Annotated[list[Path] | None, typer.Argument(help="documents to ad
 
     Examples: realm add notes.jsonl
               realm add enwiki-part2.xml.bz2 --kind wikipedia --name enwiki2
+              realm add squad-more.jsonl wiki-more.jsonl --name squad --name enwiki  (one process, one encoder load)
               realm add --remove-source notes
               realm add notes.jsonl --system-dir exported/ict"""
     from realm_core.errors import ConfigError
@@ -49,10 +50,10 @@ def add(files: Annotated[list[Path] | None, typer.Argument(help="documents to ad
         if system_dir is not None:
             from realm_core.system_bundle import bundle_add
 
-            added = bundle_add(system_dir, paths, kind, name, remove or [], remove_source or [], log=out.print,
+            added = bundle_add(system_dir, paths, kind, name or [], remove or [], remove_source or [], log=out.print,
                                reembed_all=reembed)
         else:
-            added = add_documents(resolver(preset, config, overrides, root), paths, kind, name,
+            added = add_documents(resolver(preset, config, overrides, root), paths, kind, name or [],
                                   remove or [], remove_source or [], log=out.print, reembed_all=reembed)
         out.print(added.summary())
 

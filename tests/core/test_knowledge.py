@@ -134,3 +134,21 @@ def test_a_version_checks_its_files(corpus: tuple[KnowledgeCorpus, CountingEmbed
     with pytest.raises(Exception, match="corrupt knowledge pointer"):
         kc.current()
     assert json.loads((v1.path / "manifest.json").read_text())["counts"]["blocks_added"] == 3
+
+
+def test_several_files_each_with_its_source_name(tmp_path: Path) -> None:
+    from realm_core.config import load_config
+    from realm_core.knowledge_corpus import read_documents, source_names
+
+    files = []
+    for stem, doc_id in (("notes", "n1"), ("wiki.part2", "w1")):
+        files.append(str(tmp_path / f"{stem}.jsonl"))
+        Path(files[-1]).write_text(json.dumps({"id": doc_id, "title": stem, "text": f"{stem} text."}) + "\n")
+    assert source_names(files, None) == ["notes", "wiki"]  # each file's name up to its first dot
+    assert source_names(files, "extra") == ["extra", "extra"]
+    assert source_names(files, ["squad", "enwiki"]) == ["squad", "enwiki"]
+    with pytest.raises(ConfigError, match="--name given 3 times for 2 files"):
+        source_names(files, ["a", "b", "c"])
+    docs = read_documents(files, "jsonl", ["squad", "enwiki"], load_config("tiny").ingest)
+    assert [(d["source"], d["title"]) for d in docs] == [("squad", "notes"), ("enwiki", "wiki.part2")]
+    assert docs[0]["doc_id"].startswith("squad") and docs[1]["doc_id"].startswith("enwiki")
