@@ -23,6 +23,7 @@ from realm_core.stage_config import (
     BUNDLED_ENCODER,
     DEVICE_DEFAULT,
     DEVICE_HELP,
+    INT8_HELP,
     PRECISION_HELP,
     StageConfig,
 )
@@ -145,7 +146,7 @@ class EmbedConfig(StageConfig):
     workers: int = Field(1, ge=1, description="processes embedding shards in parallel, each with "
                          "cores/workers threads (pays off with many shards and cores)")
     device: str = Field(DEVICE_DEFAULT, description=DEVICE_HELP)
-    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description=PRECISION_HELP)
+    precision: Literal["fp32", "bf16", "auto", "int8"] = Field("fp32", description=PRECISION_HELP + INT8_HELP)
     tokenizer_parallel: Literal["auto", "on", "off"] = Field(
         "auto", description="the fast tokeniser's own thread pool (TOKENIZERS_PARALLELISM) while it "
         "tokenises a shard: auto is on for a GPU, where one tokeniser thread starves the encoder "
@@ -229,6 +230,7 @@ class OpenQAEvalConfig(StageConfig):
     """Open-QA evaluation (REALM Table 1): exact match, full split and answerable subset."""
 
     EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+    HASHED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"precision"})
 
     datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
     systems: tuple[QASystemKey, ...] = Field(
@@ -251,6 +253,8 @@ class OpenQAEvalConfig(StageConfig):
         "runs once); the best pair by dev exact match answers the test questions")
     calibration_questions: int = Field(300, ge=1, description="dev questions form and temperature are fit on")
     bootstrap_resamples: int = Field(10_000, ge=100, description="paired-difference intervals")
+    precision: Literal["as_trained", "int8"] = Field(
+        "as_trained", description="the readers' forwards: as_trained (finetune.precision), or int8" + INT8_HELP)
 
 
 class QueryConfig(StageConfig):
@@ -259,6 +263,8 @@ class QueryConfig(StageConfig):
     max_query_chars: int = Field(1_000, ge=1, description="longest query or question accepted")
     max_k: int = Field(100, ge=1, description="most blocks a search may return")
     snippet_chars: int = Field(240, ge=20, description="characters of block text shown per hit")
+    precision: Literal["fp32", "int8"] = Field(
+        "fp32", description="the served reader's and query encoder's forwards: fp32, or int8" + INT8_HELP)
 
 
 # Every stage that reads a block, and the field of its config that sets how many wordpieces it

@@ -1,7 +1,8 @@
 """Where a training or embedding run puts its tensors, and how ranks of a data-parallel run agree.
 
 A `Placement` is one process's share of a run: its device (CPU, or the GPU of its local rank),
-its precision (fp32, or bf16 autocast where the device computes bf16 natively) and, under `torchrun`, its
+its precision (fp32, or bf16 autocast where the device computes bf16 natively; int8 dynamic
+quantization for an inference-only pass on a CPU) and, under `torchrun`, its
 rank in a `torch.distributed` process group (gloo on CPU, nccl on GPU). A single process is
 simply rank 0 of a world of one, so the training loops have one code path.
 
@@ -28,7 +29,7 @@ from realm_core.artifacts import StageResult
 from realm_core.cache import CachedStage
 from realm_core.errors import ArtifactError, ConfigError, RealmError
 
-Precision = Literal["fp32", "bf16", "auto"]
+Precision = Literal["fp32", "bf16", "auto", "int8"]
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 
@@ -51,14 +52,33 @@ def native_bf16(device: torch.device) -> bool:
         return False
 
 
-def resolve_precision(device: torch.device, spec: str) -> Literal["fp32", "bf16"]:
+def resolve_precision(device: torch.device, spec: str) -> Literal["fp32", "bf16", "int8"]:
     """`auto`: bf16 autocast where `device` computes bf16 natively (`native_bf16`), else fp32.
-    `fp32` and `bf16` are taken as asked."""
+    `fp32` and `bf16` are taken as asked; `int8` (inference only: `Placement.for_inference`) runs
+    on a CPU."""
     if spec == "auto":
         return "bf16" if native_bf16(device) else "fp32"
-    if spec not in ("fp32", "bf16"):
-        raise ConfigError(f"precision {spec!r}: expected fp32, bf16 or auto")
-    return cast(Literal["fp32", "bf16"], spec)
+    if spec == "int8" and device.type != "cpu":
+        raise ConfigError(f"precision 'int8' on {device}: int8 dynamic quantization runs on the CPU; "
+                          "expected fp32, bf16 or auto there")
+    if spec not in ("fp32", "bf16", "int8"):
+        raise ConfigError(f"precision {spec!r}: expected fp32, bf16, auto or int8")
+    return cast(Literal["fp32", "bf16", "int8"], spec)
+
+
+def quantize_int8(model: ModuleT) -> ModuleT:
+    """A copy of `model` whose linear layers (attention projections, feed-forward, heads: almost
+    all of an encoder's multiply-adds) run int8 dynamic quantization: weights int8 per tensor,
+    activations quantized per batch as they arrive, accumulation in int32 (fbgemm's AVX2/AVX-512
+    kernels, oneDNN's VNNI). For inference only: it has no gradient. Embeddings, layer norms and
+    the attention's softmax stay fp32."""
+    import warnings
+
+    with warnings.catch_warnings():  # torch.ao.quantization points to torchao; the API still works
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+            model.eval(), {torch.nn.Linear}, dtype=torch.qint8)
+    return cast(ModuleT, quantized)
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -131,6 +151,12 @@ class Placement:
                 stack.enter_context(torch.autocast(self.device.type, dtype=torch.bfloat16))
             stack.enter_context(attention_kernels(self.device, self.cudnn_attention))
             yield
+
+    def for_inference(self, model: ModuleT) -> ModuleT:
+        """`model` as an inference-only pass runs it here: in eval mode, and int8-quantized
+        (`quantize_int8`, a copy) where the precision is int8."""
+        model.eval()
+        return quantize_int8(model) if self.precision == "int8" else model
 
     def shard(self, items: Sequence[Any]) -> list[Any]:
         """This rank's slice of a global batch: items[rank::world]."""

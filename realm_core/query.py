@@ -142,6 +142,15 @@ class Answerer:
     def _load_system(self, key: str) -> LoadedSystem:
         raise NotImplementedError
 
+    def for_inference(self, model: Any) -> Any:
+        """A loaded reader or query encoder as the query side runs it: fp32, or int8 dynamic
+        quantization with `query.precision: int8` (on the CPU, where the query side runs)."""
+        import torch
+
+        from realm_core.distributed import Placement
+
+        return Placement(torch.device("cpu"), self.cfg.query.precision).for_inference(model)
+
     def default_system(self) -> tuple[str, str]:
         """(system key, why it is the default)."""
         raise NotImplementedError
@@ -300,7 +309,7 @@ class QueryEngine(Answerer):
             sources.blocks_ref, sources.doc_embed = self.stages.ref("chunk"), system.doc_embed
             encoder_dir = query_encoder_dir or system.query_encoder
             if encoder_dir is not None:
-                sources.query_encoder = RetrieverEncoder.from_pretrained(encoder_dir).eval()
+                sources.query_encoder = self.for_inference(RetrieverEncoder.from_pretrained(encoder_dir))
         RETRIEVERS[kind].check(sources)  # before the blocks are read: what is missing is named
         try:
             with existing_artifacts_only():  # the blocks embedded by its document encoder, not embedded here
@@ -386,7 +395,7 @@ class QueryEngine(Answerer):
             raise QueryError(f"system {key!r}: expected one of {', '.join(ASKABLE)}")
         system = qa_system(self.cfg, self._refs(key), key)
         model = self.stages.ref(f"finetune_{key}")
-        reader = SpanReader.from_pretrained(f"{model.path}/reader", self.cfg.finetune.max_span_length)
+        reader = self.for_inference(SpanReader.from_pretrained(f"{model.path}/reader", self.cfg.finetune.max_span_length))
         trained = f"{model.path}/query_encoder" if RETRIEVERS[system.retrieval].needs_query_encoder else None
         retriever = self._retriever(system.retrieval, key, min(self.cfg.finetune.top_k, len(self.blocks)), trained)
         form, temperature = self.cfg.finetune.form, self.cfg.finetune.train_temperature(retriever.name)

@@ -19,6 +19,9 @@ DEVICE_HELP = ("auto: this process's GPU (its torchrun local rank) where CUDA is
                "the CPU; or cpu, cuda, cuda:N")
 PRECISION_HELP = ("bf16: autocast matrix products to bfloat16 (weights and optimizer stay fp32); auto: bf16 where "
                   "the device computes it natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX), else fp32")
+INT8_HELP = ("; int8 (inference only, on a CPU): the encoder's linear layers in int8 dynamic quantization, "
+             "what it costs in recall and EM and gains in speed measured by bench/quantize.py "
+             "(docs/experiments/quantization.md)")
 
 
 class StageConfig(BaseModel):
@@ -31,11 +34,16 @@ class StageConfig(BaseModel):
     # that reads one puts the input's content hash among its cache inputs, so that a store that
     # is copied or moved (a path inside it changes) still hits its cache.
     LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    # Options added after artifacts were keyed without them: left out of the hash while they hold
+    # their default, so a config that does not use the option keeps every key it had.
+    HASHED_WHEN_SET: ClassVar[frozenset[str]] = frozenset()
 
     def hash_exclude(self) -> dict[str, object]:
         """The execution and location fields of this config and of the stage configs nested in
-        it, as pydantic's `exclude` mapping (a nested warm-up's checkpoint interval is one)."""
-        out: dict[str, object] = dict.fromkeys(self.EXECUTION_FIELDS | self.LOCATION_FIELDS, True)
+        it, and its `HASHED_WHEN_SET` fields at their defaults, as pydantic's `exclude` mapping
+        (a nested warm-up's checkpoint interval is one)."""
+        at_default = {f for f in self.HASHED_WHEN_SET if getattr(self, f) == type(self).model_fields[f].default}
+        out: dict[str, object] = dict.fromkeys(self.EXECUTION_FIELDS | self.LOCATION_FIELDS | at_default, True)
         for name in type(self).model_fields:
             value = getattr(self, name)
             if name not in out and isinstance(value, StageConfig) and (nested := value.hash_exclude()):

@@ -201,7 +201,7 @@ class BundleEngine(Answerer):
         if system_key is not None and self.manifest["doc_embed"] is not None:
             sources.doc_embed = EmbedConfig.model_validate({**self.manifest["doc_embed"],
                                                             "doc_encoder": str(self.path / "doc_encoder")})
-            sources.query_encoder = RetrieverEncoder.from_pretrained(str(self.path / "query_encoder")).eval()
+            sources.query_encoder = self.for_inference(RetrieverEncoder.from_pretrained(str(self.path / "query_encoder")))
         RETRIEVERS[kind].check(sources)
         return RETRIEVERS[kind].build(self.blocks, self.max_k if top_k is None else top_k, sources)
 
@@ -211,7 +211,7 @@ class BundleEngine(Answerer):
 
         if key != self.manifest["system"]:
             raise ConfigError(f"{self.path}: this folder holds system {self.manifest['system']!r}, not {key!r}")
-        reader = SpanReader.from_pretrained(str(self.path / "reader"), self.cfg.finetune.max_span_length)
+        reader = self.for_inference(SpanReader.from_pretrained(str(self.path / "reader"), self.cfg.finetune.max_span_length))
         retriever = self._retriever(self.manifest["retrieval"], key, min(self.cfg.finetune.top_k, self.max_k))
         return LoadedSystem(QAModels(reader, getattr(retriever, "query_encoder", None)), retriever,
                             self.manifest["form"], self.manifest["temperature"], self.manifest["name"])

@@ -187,14 +187,16 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
     k = finetune_config.top_k
     runs: list[tuple[str, Retriever, QAModels, bool]] = []  # name, retriever, models, fit τ
     memo = ReadMemo()  # each distinct (reader, row) read once across systems and settings
-    # the readers' device and precision; one process reads, so no process group
-    place = Placement(resolve_device(finetune_config.device), finetune_config.precision)
+    # the readers' device and precision (as trained, or int8 where asked); one process reads, so
+    # no process group
+    place = Placement(resolve_device(finetune_config.device),
+                      "int8" if config.precision == "int8" else finetune_config.precision)
 
     def read_once(reader_dir: str) -> SpanReader:
         # one seed for every reader: a directory without a span head gets the same fresh one, so
         # equal directory hashes mean equal weights
         reader = SpanReader.from_pretrained(reader_dir, finetune_config.max_span_length, seed=finetune_config.seed)
-        return cast(SpanReader, ReadOnce(reader.to(place.device), memo, encoder_hash(reader_dir)))
+        return cast(SpanReader, ReadOnce(place.for_inference(reader.to(place.device)), memo, encoder_hash(reader_dir)))
 
     if gold is not None:
         runs.append((GOLD_SYSTEM, GoldPassage(blocks, 1), QAModels(read_once(f"{gold.path}/reader"), None), False))
@@ -206,7 +208,7 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         query_encoder = None
         if kind.needs_query_encoder:
             assert query_dir is not None
-            query_encoder = RetrieverEncoder.from_pretrained(query_dir).eval()
+            query_encoder = place.for_inference(RetrieverEncoder.from_pretrained(query_dir))
         retriever = _retriever(store, blocks_ref, system, blocks, query_encoder, tokenizer, finetune_config)
         runs.append((system.name, retriever, QAModels(reader, query_encoder), kind.retrieves))
     temperatures: dict[str, Any] = {}

@@ -54,7 +54,7 @@ def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size:
                     progress: Progress | None = None, precision: str = "fp32") -> np.ndarray:
     """(N, D) float32 embeddings of tokenised sequences, length-batched, in input order, on
     the encoder's device (bf16 autocast with `precision="bf16"`, or `"auto"` where the device
-    computes bf16 natively)."""
+    computes bf16 natively; int8 dynamic quantization with `"int8"`, on a CPU)."""
     import torch
 
     from realm_core.distributed import Placement, Precision
@@ -62,7 +62,7 @@ def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size:
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
     place = Placement(next(encoder.parameters()).device, cast(Precision, precision))
     device = place.device
-    encoder.eval()
+    encoder = place.for_inference(encoder)
     with torch.inference_mode(), place.compute():
         for batch in length_batches([len(x) for x in ids], batch_size):
             input_ids, mask = pad_sequences([ids[i] for i in batch], pad_id)  # (B, T)

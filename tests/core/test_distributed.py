@@ -1,5 +1,6 @@
 """Placement on one process: the single-rank defaults the training loops rely on."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -84,3 +85,52 @@ def test_native_bf16_follows_the_cpus_instructions(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         assert distributed.native_bf16(torch.device("cpu")) is want
     assert distributed.native_bf16(torch.device("meta")) is False
+
+
+def test_int8_is_an_inference_copy_on_the_cpu_close_to_fp32() -> None:
+    from realm_core.bert import load_tokenizer
+    from realm_core.config import BUNDLED_ENCODER
+    from realm_core.retrieval.embed import embed_texts
+    from realm_core.retrieval.encoders import RetrieverEncoder
+
+    cpu = torch.device("cpu")
+    assert resolve_precision(cpu, "int8") == Placement(cpu, "int8").precision == "int8"
+    with pytest.raises(ConfigError, match="int8 dynamic quantization runs on the CPU"):
+        resolve_precision(torch.device("cuda"), "int8")
+    with Placement(cpu, "int8").compute():  # no autocast: the quantized layers carry the precision
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    encoder = RetrieverEncoder.from_pretrained(BUNDLED_ENCODER, 128, "cls", 0, False)
+    quantized = Placement(cpu, "int8").for_inference(encoder)
+    assert quantized is not encoder and any(type(m) is torch.nn.Linear for m in encoder.modules())  # a copy
+    assert Placement(cpu, "fp32").for_inference(encoder) is encoder
+    # every linear layer quantized, none left in fp32
+    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
+    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantized.modules())
+    tokenizer = load_tokenizer(BUNDLED_ENCODER)
+    titles = ["Paris", "Nile", "Jupiter", "Mozart"]
+    texts = ["Paris is the capital of France.", "The Nile flows north into the Mediterranean Sea.",
+             "Jupiter is the largest planet of the Solar System.", "Mozart composed The Magic Flute in 1791."]
+    fp32 = embed_texts(encoder, tokenizer, titles, texts, 64, 4)
+    int8 = embed_texts(encoder, tokenizer, titles, texts, 64, 4, precision="int8")
+    assert np.array_equal(fp32, embed_texts(encoder, tokenizer, titles, texts, 64, 4))  # the original untouched
+    cosine = (fp32 * int8).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(int8, axis=1)
+    assert cosine.min() > 0.9, cosine
+    assert not np.array_equal(fp32, int8)  # int8 really ran
+    # each block still nearest to its own fp32 vector
+    assert ((int8 @ fp32.T).argmax(1) == np.arange(4)).all()
+
+
+def test_int8_is_an_option_of_inference_stages_only() -> None:
+    from pydantic import ValidationError
+
+    from realm_core.config import load_config
+
+    cfg = load_config("tiny")
+    eval_hash = cfg.openqa_eval.config_hash()
+    # an option added after keys were published: unset, it is left out of the hash
+    assert "precision" not in cfg.openqa_eval.model_dump(exclude=cfg.openqa_eval.hash_exclude())  # type: ignore[arg-type]
+    int8 = load_config("tiny", overrides=["embed.precision=int8", "openqa_eval.precision=int8", "query.precision=int8"])
+    assert int8.openqa_eval.config_hash() != eval_hash and int8.embed.config_hash() != cfg.embed.config_hash()
+    for training in ("ict.precision=int8", "pretrain.precision=int8", "finetune.precision=int8", "precision=int8"):
+        with pytest.raises((ValidationError, ConfigError)):
+            load_config("tiny", overrides=[training])
