@@ -11,15 +11,20 @@ demo system (after `make demo`), its store only read:
   models loaded first, by one question), EM, the paired difference with its interval and
   McNemar's p.
 
-int8 is within noise for a pass where the paired interval holds 0.
+int8 is within noise for a pass where the paired interval holds 0. `--isa avx2` runs the same
+with every library's kernels held to AVX2 (AVX2_ONLY: ATen, MKL, oneDNN and FBGEMM each read
+their variable), the nearest this benchmark gets to an AVX2-only laptop on a CPU that has more:
+the same instructions, not the same memory or clock.
 
-    .venv/bin/python bench/quantize.py          # writes bench/results/quantization.json
+    .venv/bin/python bench/quantize.py              # writes bench/results/quantization.json
+    .venv/bin/python bench/quantize.py --isa avx2   # writes bench/results/quantization_avx2.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +48,22 @@ PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 SYSTEM = "bm25"
 TEST_ARTICLES = (35, 39)
 KS = (5, 20)
+# each library's own switch holding its kernels to AVX2
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+INT8_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")  # what int8 kernels can use
+
+
+def cpu_int8_flags() -> list[str]:
+    """The flags of INT8_FLAGS this CPU has (Linux /proc/cpuinfo; elsewhere none)."""
+    try:
+        line = next(x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags"))
+    except (OSError, StopIteration):
+        return []
+    have = set(line.partition(":")[2].split())
+    return [f for f in INT8_FLAGS if f in have]
 
 
 def paired(a: list[bool], b: list[bool]) -> dict[str, Any]:
@@ -106,22 +127,25 @@ def embedding(resolver: Resolver) -> dict[str, Any]:
     return out
 
 
-def reading(cfg: Any, root: str) -> dict[str, Any]:
-    """BM25 + reader on SQuAD-open test through the query side, in each precision."""
+def reading(cfg: Any, root: str, system_dir: str | None) -> dict[str, Any]:
+    """BM25 + reader on SQuAD-open test through the query side, in each precision: the demo
+    store's system, or the exported one in `system_dir` (`realm export`)."""
     from realm_core.openqa.finetune import answer_correct
     from realm_core.openqa.reading import QAQuestion
-    from realm_core.query import QueryEngine
+    from realm_core.query import Answerer, QueryEngine
     from realm_core.questions import squad_questions
+    from realm_core.system_bundle import BundleEngine
 
     r = cfg.retrieval_eval
     questions = [QAQuestion(x.qid, x.question, x.answers)
                  for x in squad_questions(resolve_data_path(r.squad_path), TEST_ARTICLES).questions]
     out: dict[str, Any] = {"system": SYSTEM, "questions": len(questions), "top_k": cfg.finetune.top_k,
-                           "precisions": {}}
+                           "precisions": {}, "from": "exported system" if system_dir else "artifact store"}
     correct: dict[str, list[bool]] = {}
     for p in PRECISIONS:
-        engine = QueryEngine(Resolver(cfg.model_copy(update={"query": cfg.query.model_copy(update={"precision": p})}),
-                                      ArtifactStore(root)))
+        query = cfg.query.model_copy(update={"precision": p})
+        engine: Answerer = (BundleEngine(system_dir, query) if system_dir else
+                            QueryEngine(Resolver(cfg.model_copy(update={"query": query}), ArtifactStore(root))))
         engine.ask([questions[0].question], SYSTEM)  # the reader, BM25 and the blocks loaded
         t0 = time.perf_counter()
         answers = engine.ask([x.question for x in questions], SYSTEM)
@@ -138,7 +162,15 @@ def reading(cfg: Any, root: str) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=None, help="the demo's artifact store (default $REALM_WORK_DIR/artifacts)")
+    ap.add_argument("--system-dir", default=None,
+                    help="read with this exported BM25 system (`realm export DIR --system bm25`) instead of the "
+                         "store's: the same reader and corpus, loaded as `realm serve-qa --system-dir` loads them")
+    ap.add_argument("--isa", choices=("native", "avx2"), default="native",
+                    help="avx2: every library's kernels held to AVX2 (set before torch loads: the script "
+                         "starts itself again with them)")
     args = ap.parse_args()
+    if args.isa == "avx2" and any(os.environ.get(k) != v for k, v in AVX2_ONLY.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **AVX2_ONLY})
     import torch
 
     from flows.demo import cpu_description
@@ -149,17 +181,20 @@ def main() -> None:
     root = str(args.root or work_dir() / "artifacts")
     resolver = Resolver(cfg, ArtifactStore(root))
     try:
-        QueryEngine(resolver).stages.run(f"finetune_{SYSTEM}")
+        if args.system_dir is None:
+            QueryEngine(resolver).stages.run(f"finetune_{SYSTEM}")
         load_index(resolver.store)
     except (MissingArtifactError, RealmError) as e:
         raise SystemExit(f"error: {root}: the demo's index and BM25 + reader are not there; run `make demo` "
                          f"first ({e})") from None
     t0 = time.perf_counter()
-    result = {"cpu": cpu_description(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "quantized_engine": torch.backends.quantized.engine,
-              "embedding": embedding(resolver), "reading": reading(cfg, root)}
+    result = {"cpu": {**cpu_description(), "flags": cpu_int8_flags()}, "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "quantized_engine": torch.backends.quantized.engine, "isa": args.isa,
+              "aten_capability": torch.backends.cpu.get_cpu_capability(),
+              "isa_environment": {k: os.environ[k] for k in AVX2_ONLY if k in os.environ},
+              "embedding": embedding(resolver), "reading": reading(cfg, root, args.system_dir)}
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    write_result("quantization", result)
+    write_result("quantization" if args.isa == "native" else f"quantization_{args.isa}", result)
     print(json.dumps({k: v for k, v in result.items() if k != "cpu"}, indent=2))
 
 

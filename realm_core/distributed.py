@@ -67,17 +67,26 @@ def resolve_precision(device: torch.device, spec: str) -> Literal["fp32", "bf16"
 
 
 def quantize_int8(model: ModuleT) -> ModuleT:
-    """A copy of `model` whose linear layers (attention projections, feed-forward, heads: almost
-    all of an encoder's multiply-adds) run int8 dynamic quantization: weights int8 per tensor,
-    activations quantized per batch as they arrive, accumulation in int32 (fbgemm's AVX2/AVX-512
-    kernels, oneDNN's VNNI). For inference only: it has no gradient. Embeddings, layer norms and
-    the attention's softmax stay fp32."""
+    """A copy of `model` whose transformer body runs int8 dynamic quantization: every linear
+    layer inside a Hugging Face model (attention projections and feed-forward: almost all of an
+    encoder's multiply-adds) with int8 weights, activations quantized per batch as they arrive,
+    sums in int32 (FBGEMM's AVX2/AVX-512 kernels, oneDNN's VNNI). The heads around it (a
+    retriever's projection, the span scorer, which reads its weights directly) stay fp32, as do
+    embeddings, layer norms and the softmax. For inference only: it has no gradient."""
     import warnings
 
+    from transformers import PreTrainedModel
+
+    body = {f"{name}.{sub}" if name else sub
+            for name, module in model.named_modules() if isinstance(module, PreTrainedModel)
+            for sub, layer in module.named_modules() if sub and isinstance(layer, torch.nn.Linear)}
+    if not body:
+        raise ConfigError(f"precision 'int8': {type(model).__name__} holds no transformer to quantize")
+    spec = dict.fromkeys(body, torch.ao.quantization.default_dynamic_qconfig)
     with warnings.catch_warnings():  # torch.ao.quantization points to torchao; the API still works
         warnings.simplefilter("ignore")
         quantized = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
-            model.eval(), {torch.nn.Linear}, dtype=torch.qint8)
+            model.eval(), spec, dtype=torch.qint8)
     return cast(ModuleT, quantized)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from realm_core.artifacts import sha256_file
-from realm_core.config import EmbedConfig, PipelineConfig
+from realm_core.config import EmbedConfig, PipelineConfig, QueryConfig
 from realm_core.errors import ConfigError, CorruptArtifactError
 from realm_core.graph import Resolver
 from realm_core.knowledge_corpus import Added, add_documents, block_embedder, grow, read_documents
@@ -175,10 +175,12 @@ class BundleEngine(Answerer):
     """The query side of an exported system: its one system, searched and asked from its own
     knowledge corpus, with nothing but the folder."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, query: QueryConfig | None = None) -> None:
+        """`query`: the query side's limits and precision here (default: the export's)."""
         self.path = Path(path).resolve()
         self.manifest = read_manifest(self.path)
-        super().__init__(PipelineConfig.model_validate(self.manifest["config"]),
+        cfg = PipelineConfig.model_validate(self.manifest["config"])
+        super().__init__(cfg if query is None else cfg.model_copy(update={"query": query}),
                          KnowledgeCorpus(self.path / "knowledge"))
         key, dense = self.manifest["system"], self.manifest["doc_encoder_hash"] is not None
         self.searchers = {"index": ("dense", key) if dense else ("bm25", None), "bm25": ("bm25", None)}

@@ -103,9 +103,11 @@ def test_int8_is_an_inference_copy_on_the_cpu_close_to_fp32() -> None:
     quantized = Placement(cpu, "int8").for_inference(encoder)
     assert quantized is not encoder and any(type(m) is torch.nn.Linear for m in encoder.modules())  # a copy
     assert Placement(cpu, "fp32").for_inference(encoder) is encoder
-    # every linear layer quantized, none left in fp32
-    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
-    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantized.modules())
+    # every linear layer of the transformer body quantized; the projection head stays fp32
+    body = [type(m) for name, m in quantized.named_modules() if "layer." in name and type(m).__name__ == "Linear"]
+    assert len(body) == 6 * 6 and set(body) == {torch.ao.nn.quantized.dynamic.Linear}, body
+    heads = [n for n, m in quantized.named_modules() if type(m) is torch.nn.Linear]
+    assert heads and not any("layer." in n for n in heads), heads
     tokenizer = load_tokenizer(BUNDLED_ENCODER)
     titles = ["Paris", "Nile", "Jupiter", "Mozart"]
     texts = ["Paris is the capital of France.", "The Nile flows north into the Mediterranean Sea.",
@@ -118,6 +120,24 @@ def test_int8_is_an_inference_copy_on_the_cpu_close_to_fp32() -> None:
     assert not np.array_equal(fp32, int8)  # int8 really ran
     # each block still nearest to its own fp32 vector
     assert ((int8 @ fp32.T).argmax(1) == np.arange(4)).all()
+
+
+def test_an_int8_span_reader_scores_spans_as_fp32_does() -> None:
+    from realm_core.config import BUNDLED_ENCODER
+    from realm_core.openqa.span_reader import SpanReader
+
+    reader = SpanReader.from_pretrained(BUNDLED_ENCODER, 3, seed=0).eval()
+    quantized = Placement(torch.device("cpu"), "int8").for_inference(reader)
+    assert isinstance(quantized.scorer.mlp[0], torch.nn.Linear)  # the scorer reads its weights: fp32
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 5000, (2, 3, 24), generator=g)  # (B, K, T)
+    mask, body = torch.ones_like(ids), torch.zeros(2, 3, 24, dtype=torch.bool)
+    body[:, :, 8:] = True
+    with torch.inference_mode():
+        fp32, int8 = reader(ids, mask, body), quantized(ids, mask, body)  # (B, K, T, L)
+    finite = torch.isfinite(fp32)
+    assert torch.equal(finite, torch.isfinite(int8)) and not torch.equal(fp32[finite], int8[finite])
+    assert torch.corrcoef(torch.stack([fp32[finite], int8[finite]]))[0, 1] > 0.9
 
 
 def test_int8_is_an_option_of_inference_stages_only() -> None:

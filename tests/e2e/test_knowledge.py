@@ -169,3 +169,17 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
     (moved / "reader" / "config.json").write_text("{}")
     with pytest.raises(CorruptArtifactError, match="reader/config.json"):
         bundle.health()
+
+
+def test_the_query_side_reads_in_int8_when_asked(root: str) -> None:
+    import torch
+
+    cfg = load_config("tiny", overrides=[*UNTRAINED, "query.precision=int8"])
+    engine = QueryEngine(Resolver(cfg, ArtifactStore(root)))
+    fp32 = QueryEngine(_resolver(root)).ask([QUESTION], "bm25")[0]
+    int8 = engine.ask([QUESTION], "bm25")[0]
+    reader = engine._system("bm25").models.reader
+    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in reader.modules())
+    assert int8.block_ids == fp32.block_ids  # BM25 retrieves as before; the reader read them in int8
+    if int8.answer:
+        assert int8.block_text is not None and int8.answer in int8.block_text
