@@ -1003,8 +1003,11 @@ def demo_summary(result: Result) -> str:
     other = result.get("other_cpu_share")
     beside = ("" if other is None or other <= QUIET_SHARE
               else f", with other processes using {100 * other:.0f}% of the CPU beside it (an upper bound)")
+    native = RESULTS / "demo_bf16.json"  # the same demo where the CPU computes bf16 natively
+    bf16 = json.loads(native.read_text()) if native.is_file() else None
+    also = "" if bf16 is None else f", and {_minutes(bf16['wall_seconds'])} on {_machine(bf16)}"
     return (f"Measured: `make demo` ran {_minutes(result['wall_seconds'])} to its summary{beside} on "
-            f"{_machine(result)} ([every stage](docs/experiments/demo-timings.md)); the demo corpus is "
+            f"{_machine(result)}{also} ([every stage](docs/experiments/demo-timings.md)); the demo corpus is "
             f"{c['documents']:,} documents in {c['blocks']:,} blocks, and its artifact store "
             f"{result['store_bytes'] / 2**30:.1f} GiB.")
 
@@ -1035,7 +1038,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "ict_tokenise": ict_tokenise_table, "cpu_precision": cpu_precision_table,
                                             "cpu_precision_avx2": cpu_precision_table,
                                             "startup": startup_table, "answer_lengths": answer_lengths_table,
-                                            "demo": demo_table, "demo_summary": demo_summary, "demo_cuts": demo_cuts_table,
+                                            "demo": demo_table, "demo_bf16": demo_table, "demo_summary": demo_summary, "demo_cuts": demo_cuts_table,
                                             "pretrain": realm_gain_table, "openqa_gain": openqa_table,
                                             "realm_gain_collapse": collapse_table}
 
