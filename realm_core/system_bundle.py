@@ -171,6 +171,21 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def query_settings(path: str | Path, overrides: Sequence[str]) -> QueryConfig | None:
+    """The query side's settings of an exported system with `--set query.FIELD=VALUE` overrides
+    (None without any): its models and corpus are fixed, so any other section is refused."""
+    from realm_core.config_tree import config_tree
+
+    if not overrides:
+        return None
+    others = [o for o in overrides if not o.strip().startswith("query.")]
+    if others:
+        raise ConfigError(f"--set {others[0]}: an exported system takes query.* settings only (its models "
+                          "and knowledge corpus are what it was exported with)")
+    manifest = read_manifest(Path(path).resolve())
+    return PipelineConfig.model_validate(config_tree(manifest["config"], None, list(overrides), str(path))).query
+
+
 class BundleEngine(Answerer):
     """The query side of an exported system: its one system, searched and asked from its own
     knowledge corpus, with nothing but the folder."""

@@ -33,9 +33,9 @@ def engine_for(system_dir: Path | None, preset: str, config: Path | None, overri
                root: str | None) -> Any:
     """The query side of an exported system's folder, or of the store this config names."""
     if system_dir is not None:
-        from realm_core.system_bundle import BundleEngine
+        from realm_core.system_bundle import BundleEngine, query_settings
 
-        return BundleEngine(system_dir)
+        return BundleEngine(system_dir, query_settings(system_dir, overrides or []))
     from realm_core.query import QueryEngine
 
     return QueryEngine(resolver(preset, config, overrides, root))

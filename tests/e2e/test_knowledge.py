@@ -159,6 +159,23 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
     r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "ask",
                         QUESTION, "--system-dir", str(moved), "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["answer"] == asked.answer, r.stderr
+    # served in int8 when asked: query.* settings only, the rest is what it was exported with
+    from realm_core.errors import ConfigError
+    from realm_core.system_bundle import query_settings
+
+    import torch
+
+    int8 = BundleEngine(moved, query_settings(moved, ["query.precision=int8"]))
+    got = int8.ask([QUESTION], "ict")[0]
+    assert int8.cfg.query.precision == "int8" and len(got.block_ids) == len(asked.block_ids)
+    for model in int8._system("ict").models.modules().values():  # the reader and the query encoder
+        assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
+    with pytest.raises(ConfigError, match="query.. settings only"):
+        query_settings(moved, ["finetune.top_k=3"])
+    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "ask",
+                        QUESTION, "--system-dir", str(moved), "--set", "embed.precision=int8"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "query.* settings only" in r.stderr, r.stderr
     # it grows: the new document's block is searched and read at once
     # (a document no earlier test put in the shared store, so that the export cannot hold it)
     fact = "Brindlemoor is a harbour town of Quarnia where amber is traded."
