@@ -1023,6 +1023,37 @@ def demo_summary(result: Result) -> str:
             f"{result['store_bytes'] / 2**30:.1f} GiB.")
 
 
+def quantization_table(result: Result) -> str:
+    """int8 dynamic quantization against fp32 on the demo system (bench/quantize.py): the speed of
+    each inference-only pass and what it answers, paired over questions."""
+    e, r = result["embedding"], result["reading"]
+
+    def diff(p: Result) -> str:
+        lo, hi = p["ci95"]
+        noise = "within noise" if p["within_noise"] else "**outside noise**"
+        return f"{100 * p['delta']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], {noise}"
+
+    ef, ei, rf, ri = e["precisions"]["fp32"], e["precisions"]["int8"], r["precisions"]["fp32"], r["precisions"]["int8"]
+    lines = ["| demo system | fp32 (peer) | int8 | int8 / fp32 | int8 - fp32 (points, paired 95%) |",
+             "|---|---:|---:|---:|---|",
+             f"| block embedding, {e['blocks']:,} blocks of {e['block_length']} wordpieces (blocks/s) | "
+             f"{ef['blocks_per_s']:.1f} | {ei['blocks_per_s']:.1f} | **{e['speedup']:.2f}x** | |"]
+    for k in ("R@5", "R@20"):
+        lines.append(f"| SQuAD-open, {e['questions']:,} questions, {k} over those vectors (%) | {100 * ef[k]:.1f} | "
+                     f"{100 * ei[k]:.1f} | | {diff(e['paired'][k])} |")
+    lines += [f"| {r['system']} + reader, {r['questions']:,} SQuAD-open test questions, top {r['top_k']} "
+              f"(questions/s) | {rf['questions_per_s']:.2f} | {ri['questions_per_s']:.2f} | **{r['speedup']:.2f}x** | |",
+              f"| the same questions, EM (%) | {100 * rf['EM']:.1f} | {100 * ri['EM']:.1f} | | "
+              f"{diff(r['paired']['EM'])}; {r['paired']['EM']['changed']} answers differ |"]
+    cpu = result["cpu"]
+    isa = ("every library held to AVX2 (" + ", ".join(f"{k}={v}" for k, v in result["isa_environment"].items()) + ")"
+           if result["isa"] == "avx2" else "its own instructions (" + (", ".join(cpu["flags"]) or "none named") + ")")
+    lines += ["", f"{cpu['model']}, {result['threads']} threads, {isa}; quantized engine "
+              f"{result['quantized_engine']}; 95% bootstrap intervals over questions; the whole benchmark "
+              f"{_minutes(result['wall_seconds'])}."]
+    return "\n".join(lines)
+
+
 # blocks rendered from several result files at once: {block name: renderer}
 COLLECTIONS: dict[str, Callable[[], str]] = {"reader_studies": reader_studies_table,
                                              "reader_errors": reader_errors_table,
@@ -1052,7 +1083,8 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "startup": startup_table, "answer_lengths": answer_lengths_table,
                                             "demo": demo_table, "demo_bf16": demo_table, "demo_summary": demo_summary, "demo_cuts": demo_cuts_table,
                                             "pretrain": realm_gain_table, "openqa_gain": openqa_table,
-                                            "realm_gain_collapse": collapse_table}
+                                            "realm_gain_collapse": collapse_table,
+                                            "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 
 def main() -> None:
