@@ -160,10 +160,10 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
                         QUESTION, "--system-dir", str(moved), "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["answer"] == asked.answer, r.stderr
     # served in int8 when asked: query.* settings only, the rest is what it was exported with
+    import torch
+
     from realm_core.errors import ConfigError
     from realm_core.system_bundle import query_settings
-
-    import torch
 
     int8 = BundleEngine(moved, query_settings(moved, ["query.precision=int8"]))
     got = int8.ask([QUESTION], "ict")[0]
