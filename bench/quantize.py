@@ -56,16 +56,6 @@ AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "
 INT8_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")  # what int8 kernels can use
 
 
-def cpu_int8_flags() -> list[str]:
-    """The flags of INT8_FLAGS this CPU has (Linux /proc/cpuinfo; elsewhere none)."""
-    try:
-        line = next(x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags"))
-    except (OSError, StopIteration):
-        return []
-    have = set(line.partition(":")[2].split())
-    return [f for f in INT8_FLAGS if f in have]
-
-
 def paired(a: list[bool], b: list[bool]) -> dict[str, Any]:
     delta, lo, hi = paired_bootstrap(a, b)
     return {"delta": delta, "ci95": [lo, hi], "mcnemar_p": mcnemar_p(a, b), "within_noise": lo <= 0.0 <= hi,
@@ -188,7 +178,7 @@ def main() -> None:
         raise SystemExit(f"error: {root}: the demo's index and BM25 + reader are not there; run `make demo` "
                          f"first ({e})") from None
     t0 = time.perf_counter()
-    result = {"cpu": {**cpu_description(), "flags": cpu_int8_flags()}, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    result = {"cpu": cpu_description(INT8_FLAGS), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "quantized_engine": torch.backends.quantized.engine, "isa": args.isa,
               "aten_capability": torch.backends.cpu.get_cpu_capability(),
               "isa_environment": {k: os.environ[k] for k in AVX2_ONLY if k in os.environ},

@@ -9,6 +9,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,8 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 RESULT = Path(__file__).resolve().parents[1] / "bench" / "results" / "demo.json"
 
 
-def cpu_description() -> dict[str, Any]:
-    """The CPU's model name and the flags of CPU_FLAGS it has (Linux: /proc/cpuinfo; elsewhere
+def cpu_description(wanted: Sequence[str] = CPU_FLAGS) -> dict[str, Any]:
+    """The CPU's model name and the flags of `wanted` it has (Linux: /proc/cpuinfo; elsewhere
     the platform's processor string and no flags)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
@@ -45,7 +46,7 @@ def cpu_description() -> dict[str, Any]:
                 flags = set(value.split())
     except OSError:
         pass
-    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags], "cores": os.cpu_count()}
+    return {"model": model, "flags": [f for f in wanted if f in flags], "cores": os.cpu_count()}
 
 
 def machine_busy_seconds() -> float | None:
