@@ -4,6 +4,10 @@ GET /search?q=&k=&retriever=   the top-k blocks (default: the current index vers
 GET /ask?q=&system=            a fine-tuned system's answer, its block and offsets
 GET /healthz                   what is loaded and served (index version, its files checked), or 503
 GET /                          one page (no build step, no CDN) to ask and read the evidence
+POST /documents                with `--allow-add` only: grow the knowledge corpus (`realm add`) in
+                               this process, JSON {"documents": [{"id", "title", "text", "source"?}],
+                               "source": NAME, "remove": [DOC_ID], "remove_source": [NAME],
+                               "reembed": false}; answers with the new version and its counts
 
 Models load once and stay loaded. One model call runs at a time (a lock: torch already uses
 every core for one call on a small machine, so parallel calls would only queue inside torch);
@@ -12,21 +16,30 @@ refresh-index has moved it on, the new version is loaded and swapped in; a reque
 searching keeps the old one to its end. Every error, whatever its status, is a JSON object
 with one field, `error`: bad input a 4xx, a damaged artifact a 503, never a plain-text 500.
 
+An add runs under the same lock as the models (its encoders use every core too): queries
+wait for it, then answer from the new version. It pays none of a `realm add` command's start
+(the libraries are imported and the query side loaded once, with the service): what it costs is
+the new blocks' embedding.
+
 Meant for the machine it runs on: requests whose Host header is not a loopback name (or the
 address it was told to listen on) are refused (a DNS-rebinding page cannot reach it), and
 FastAPI's /docs and /openapi.json are off unless asked for (`api_docs`: their Swagger UI loads
-its scripts from a CDN).
+its scripts from a CDN). POST /documents is off unless asked for (`allow_add`) and takes only
+`Content-Type: application/json`, which a page on another origin cannot send without a CORS
+preflight this service never grants: a web page the user visits cannot add documents.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
@@ -34,23 +47,85 @@ from typing import IO, Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from realm_core.errors import (
     CorruptArtifactError,
+    InputError,
     MissingArtifactError,
     MissingIndexError,
+    QueryError,
     RealmError,
 )
+from realm_core.knowledge_corpus import Added
 from realm_core.query import Answerer
+from realm_core.system_bundle import add_to_engine
 
 PAGE = Path(__file__).with_name("qa_page.html")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+MAX_DOCUMENTS_BYTES = 256 * 2**20  # one POST /documents body; more is a 413 (send it in parts)
 
 
-def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False) -> FastAPI:
-    """The service over `engine`; `hosts` the Host header names it answers to."""
+class NewDocument(BaseModel):
+    """One document of POST /documents, as a `realm add` JSONL line holds it."""
+
+    id: str = Field(min_length=1, description="its id within its source: a known id replaces that document")
+    title: str = ""
+    text: str = Field(min_length=1)
+    source: str | None = Field(None, min_length=1, description="its source name (default: the request's)")
+
+
+class DocumentsRequest(BaseModel):
+    """The body of POST /documents: what `realm add` takes on its command line."""
+
+    model_config = {"extra": "forbid"}
+    documents: list[NewDocument] = []
+    source: str = Field("added", min_length=1, description="the documents' source name (`realm add --name`)")
+    remove: list[str] = Field([], description="doc ids to remove (`--remove`)")
+    remove_source: list[str] = Field([], description="sources to remove (`--remove-source`)")
+    reembed: bool = Field(False, description="then embed every block again: a full re-index (`--reembed`)")
+
+
+Adder = Callable[..., Added]  # (paths, kind, names, remove_docs, remove_sources, reembed_all=) -> Added
+
+
+def grow_knowledge(add: Adder, body: DocumentsRequest) -> dict[str, Any]:
+    """`realm add` of the request's documents by `add` (`add_to_engine` on the served engine):
+    each source's documents written as a JSONL file of a scratch folder, read by the same reader
+    (a bad document is the request's 400, the live version untouched)."""
+    if not (body.documents or body.remove or body.remove_source or body.reembed):
+        raise QueryError("nothing to do: give documents, remove, remove_source or reembed")
+    by_source: dict[str, list[NewDocument]] = {}
+    for doc in body.documents:
+        by_source.setdefault(doc.source or body.source, []).append(doc)
+    with tempfile.TemporaryDirectory(prefix="realm-documents-") as tmp:
+        paths = []
+        for i, docs in enumerate(by_source.values()):
+            path = Path(tmp, f"{i}.jsonl")
+            path.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n" for d in docs),
+                            encoding="utf-8")
+            paths.append(str(path))
+        try:
+            added = add(paths, "jsonl", list(by_source), body.remove, body.remove_source, reembed_all=body.reembed)
+        except InputError as e:
+            if not e.path.startswith(tmp):
+                raise
+            source = list(by_source)[int(Path(e.path).stem)]
+            line = e.position.replace("line ", "") if e.position else None
+            raise InputError(f"the request's documents of source {source!r}", e.expected, found=e.found,
+                             position=f"document {line}" if line else None) from None
+    return {"version": added.version, "previous_version": added.previous, "counts": added.counts,
+            "seconds": round(added.seconds, 3), "encoders": len(added.encoders), "summary": added.summary()}
+
+
+def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False,
+               allow_add: bool = False, add: Adder | None = None) -> FastAPI:
+    """The service over `engine`; `hosts` the Host header names it answers to; `allow_add`
+    opens POST /documents, which adds with `add` (default: `add_to_engine` on `engine`)."""
+    adder: Adder = add or (lambda *args, **kwargs: add_to_engine(engine, *args, **kwargs))
     app = FastAPI(title="realm", description="search and ask over the current REALM artifacts",
                   docs_url="/docs" if api_docs else None, redoc_url="/redoc" if api_docs else None,
                   openapi_url="/openapi.json" if api_docs else None)
@@ -90,7 +165,7 @@ def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:
-        base = {**engine.describe(),
+        base = {**engine.describe(), "accepts_documents": allow_add,
                 "uptime_s": round(time.time() - started, 1)}
         try:
             with lock:
@@ -118,6 +193,32 @@ def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api
         read = [{"block_id": z, "title": engine.blocks.titles[z], "snippet": engine.blocks.texts[z][:snippet]}
                 for z in answer.block_ids]
         return asdict(answer) | {"system_key": key, "system_choice": why, "blocks": read}
+
+    @app.post("/documents")
+    async def documents(request: Request) -> dict[str, Any]:
+        if not allow_add:
+            raise HTTPException(403, "adding documents is off here: start the service with "
+                                     "`realm serve-qa --allow-add`, or run `realm add`")
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise HTTPException(415, f"content-type {content_type or 'none'}: expected application/json")
+        raw = bytearray()
+        async for chunk in request.stream():  # read to the limit, never past it
+            raw += chunk
+            if len(raw) > MAX_DOCUMENTS_BYTES:
+                raise HTTPException(413, f"body over {MAX_DOCUMENTS_BYTES // 2**20} MiB: send the documents in parts")
+        try:
+            body = DocumentsRequest.model_validate_json(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+            raise HTTPException(422, f"{where}: {first.get('msg', 'invalid')}") from None
+
+        def add() -> dict[str, Any]:
+            with lock:
+                return grow_knowledge(adder, body)
+
+        return await run_in_threadpool(add)
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:

@@ -283,3 +283,19 @@ def bundle_add(path: str | Path, paths: Sequence[str] = (), kind: str = "jsonl",
     version, counts = grow(corpus, documents, lambda doc: list(chunk_document(backend, doc, max_wordpieces, stats)),
                            tracked, remove_docs, remove_sources, reembed_all, log)
     return Added(version.number, previous, counts, time.perf_counter() - t0, sorted(tracked))
+
+
+def add_to_engine(engine: Answerer, paths: Sequence[str] = (), kind: str = "jsonl",
+                  names: str | Sequence[str] | None = None, remove_docs: Sequence[str] = (),
+                  remove_sources: Sequence[str] = (), reembed_all: bool = False,
+                  log: Callable[[str], None] | None = None) -> Added:
+    """`realm add` on the corpus `engine` answers from, in this process (the service's POST
+    /documents): an exported system's (`bundle_add`) or a store's (`add_documents`). The
+    engine's next query follows the new version."""
+    if isinstance(engine, BundleEngine):
+        return bundle_add(engine.path, paths, kind, names, remove_docs, remove_sources, log=log,
+                          reembed_all=reembed_all)
+    if isinstance(engine, QueryEngine):
+        return add_documents(engine.stages, paths, kind, names, remove_docs, remove_sources, log=log,
+                             reembed_all=reembed_all)
+    raise TypeError(f"{type(engine).__name__}: expected a QueryEngine or a BundleEngine")

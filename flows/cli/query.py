@@ -189,10 +189,15 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
              preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
              root: Root = None, system_dir: SystemDir = None,
              api_docs: Annotated[bool, typer.Option(help="serve FastAPI's /docs and /openapi.json (its Swagger UI "
-                                                         "loads scripts from a CDN)")] = False) -> None:
-    """A local [bold]QA service[/] on the current artifacts: GET /search?q=&k=, /ask?q=&system=, /healthz, and a page at / to ask and read the evidence. Models load once; a new index version (the nightly refresh-index) is picked up without a restart.
+                                                         "loads scripts from a CDN)")] = False,
+             allow_add: Annotated[bool, typer.Option(
+                 "--allow-add", help="accept POST /documents: grow the knowledge corpus in this process, as "
+                                     "`realm add` does, without a command's start-up")] = False) -> None:
+    """A local [bold]QA service[/] on the current artifacts: GET /search?q=&k=, /ask?q=&system=, /healthz, and a page at / to ask and read the evidence. Models load once; a new index version (the nightly refresh-index) or knowledge version (`realm add`) is picked up without a restart. With --allow-add, POST /documents (JSON) adds documents in the service itself.
 
-    Example: realm serve-qa --port 8000, then open http://127.0.0.1:8000/"""
+    Examples: realm serve-qa --port 8000, then open http://127.0.0.1:8000/
+              realm serve-qa --allow-add, then
+              curl -H 'Content-Type: application/json' -d '{"documents": [{"id": "n1", "title": "Notes", "text": "..."}], "source": "notes"}' http://127.0.0.1:8000/documents"""
     import uvicorn
 
     from flows.qa_service import LOOPBACK_HOSTS, create_app
@@ -214,4 +219,7 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
                                  f"({e.strerror or type(e).__name__})") from None
         served = engine.describe().get("artifact_root") or engine.describe().get("system_dir")
         out.print(f"realm QA service on http://{host}:{port}/ (serving {served})")
-        uvicorn.run(create_app(engine, hosts=hosts, api_docs=api_docs), host=host, port=port, log_level="warning")
+        if allow_add:
+            out.print("POST /documents is on: a local client can grow the knowledge corpus")
+        uvicorn.run(create_app(engine, hosts=hosts, api_docs=api_docs, allow_add=allow_add), host=host, port=port,
+                    log_level="warning")

@@ -1,7 +1,8 @@
 """The knowledge corpus on the tiny preset's artifacts: add, re-add, change and remove a document
 with `realm add`'s function and command, each checked on block ids, reused vectors and search
 results; a bad file leaves the live version; a running service answers from a document added
-while it runs, and follows a rollback; an exported system loads with plain transformers and
+while it runs, and follows a rollback; with --allow-add the service adds documents itself (JSON
+only, refused unless asked for); an exported system loads with plain transformers and
 answers as the store did with the store gone, and grows."""
 
 import json
@@ -129,6 +130,52 @@ def test_the_service_answers_from_a_document_added_while_it_runs(root: str, tmp_
         assert client.get("/healthz").json()["knowledge_version"] == added.version
 
 
+def test_the_service_adds_documents_in_its_own_process_when_allowed(root: str) -> None:
+    corpus = KnowledgeCorpus.of_store(ArtifactStore(root))
+    engine = QueryEngine(_resolver(root))
+    body = {"documents": [{"id": "m1", "title": "Oskarine", "text": "Oskarine is the ice moon of Quarnia's "
+                           "sister world; its geysers freeze into spires.", "source": "moons"},
+                          {"id": "p1", "title": "Tethra", "text": "Tethra is a gas planet whose rings hum."}],
+            "source": "planets"}
+    with TestClient(create_app(engine), raise_server_exceptions=False, base_url=LOCAL) as client:
+        r = client.post("/documents", json=body)  # off unless asked for
+        assert r.status_code == 403 and "--allow-add" in r.json()["error"]
+    live = corpus.current_number()
+    with TestClient(create_app(engine, allow_add=True), raise_server_exceptions=False, base_url=LOCAL) as client:
+        # what a page on another origin could send without a preflight is refused
+        for headers in ({"content-type": "text/plain"}, {"content-type": ""}):
+            r = client.post("/documents", content=json.dumps(body), headers=headers)
+            assert r.status_code == 415 and "application/json" in r.json()["error"]
+        r = client.post("/documents", json={"documents": [{"id": "x", "title": "T", "text": ""}]})
+        assert r.status_code == 422 and r.json()["error"].startswith("documents.0.text")
+        r = client.post("/documents", json={"document": []})  # a misspelt field is not ignored
+        assert r.status_code == 422 and "document" in r.json()["error"]
+        r = client.post("/documents", json={})
+        assert r.status_code == 400 and "nothing to do" in r.json()["error"]
+        assert corpus.current_number() == live  # nothing refused was published
+        assert client.get("/healthz").json()["accepts_documents"] is True
+
+        r = client.post("/documents", json=body)
+        assert r.status_code == 200, r.text
+        added = r.json()
+        assert added["previous_version"] == live and added["version"] == corpus.current_number() != live
+        assert added["counts"]["documents_added"] == 2 and added["counts"]["blocks_embedded"] >= 2
+        version = corpus.version(added["version"])
+        sources = dict(zip(version.table.column("doc_id").to_pylist(), version.table.column("source").to_pylist(),
+                           strict=True))
+        assert sources["moons:m1"] == "moons" and sources["planets:p1"] == "planets"  # each its own source
+        hits = client.get("/search", params={"q": "Which moon has geysers that freeze?", "k": 3,
+                                             "retriever": "bm25"}).json()
+        assert hits["hits"][0]["title"] == "Oskarine"
+        assert client.get("/healthz").json()["knowledge_version"] == added["version"]
+        again = client.post("/documents", json=body).json()  # the same documents: a no-op
+        assert again["version"] == added["version"] and again["counts"]["documents_unchanged"] == 2
+        gone = client.post("/documents", json={"remove_source": ["moons", "planets"]}).json()
+        assert gone["counts"]["documents_removed"] == 2
+        assert "Oskarine" not in [h["title"] for h in client.get("/search", params={
+            "q": "Which moon has geysers that freeze?", "k": 3, "retriever": "bm25"}).json()["hits"]]
+
+
 def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp_path: Path) -> None:
     from transformers import AutoModel
 
@@ -176,12 +223,19 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
                         QUESTION, "--system-dir", str(moved), "--set", "embed.precision=int8"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "query.* settings only" in r.stderr, r.stderr
-    # it grows: the new document's block is searched and read at once
-    # (a document no earlier test put in the shared store, so that the export cannot hold it)
+    # it grows, by the command's function and through its own service: the new document's block is
+    # searched and read at once (documents no earlier test put in the shared store, so that the
+    # export cannot hold them)
     fact = "Brindlemoor is a harbour town of Quarnia where amber is traded."
     grown = bundle_add(moved, [str(_notes(tmp_path / "exported.jsonl", fact, "b1"))])
     assert grown.version == 2 and grown.counts["blocks_embedded"] == grown.counts["blocks_added"] >= 1
     assert "Brindlemoor" in bundle.search([fact], "bm25", 1)[0][0].snippet
+    fact = "Quillhaven is a lake village of Quarnia famed for glass boats."
+    with TestClient(create_app(bundle, allow_add=True), raise_server_exceptions=False, base_url=LOCAL) as client:
+        r = client.post("/documents", json={"documents": [{"id": "q9", "title": "Quillhaven", "text": fact}]})
+        assert r.status_code == 200 and r.json()["version"] == 3, r.text
+        assert client.get("/search", params={"q": fact, "k": 1, "retriever": "bm25"}).json()["hits"][0]["title"] \
+            == "Quillhaven"
     # a file that changed after the export is refused by the health check, naming it
     (moved / "reader" / "config.json").write_text("{}")
     with pytest.raises(CorruptArtifactError, match="reader/config.json"):
