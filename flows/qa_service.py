@@ -160,7 +160,7 @@ def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api
     @app.exception_handler(RequestValidationError)
     def bad_parameter(_: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
 
     @app.get("/healthz")
@@ -209,10 +209,8 @@ def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api
                 raise HTTPException(413, f"body over {MAX_DOCUMENTS_BYTES // 2**20} MiB: send the documents in parts")
         try:
             body = DocumentsRequest.model_validate_json(raw)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "body"
-            raise HTTPException(422, f"{where}: {first.get('msg', 'invalid')}") from None
+        except ValidationError as e:  # answered as FastAPI's own validation errors are
+            raise RequestValidationError(e.errors()) from None
 
         def add() -> dict[str, Any]:
             with lock:

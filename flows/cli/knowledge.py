@@ -40,21 +40,18 @@ def add(files: Annotated[list[Path] | None, typer.Argument(help="documents to ad
               realm add squad-more.jsonl wiki-more.jsonl --name squad --name enwiki  (one process, one encoder load)
               realm add --remove-source notes
               realm add notes.jsonl --system-dir exported/ict"""
+    from flows.cli.query import engine_for
     from realm_core.errors import ConfigError
-    from realm_core.knowledge_corpus import add_documents
+    from realm_core.system_bundle import add_to_engine
 
     with errors():
         if not files and not remove and not remove_source and not reembed:
             raise ConfigError("nothing to do: give files to add, --remove DOC_ID, --remove-source NAME or --reembed")
-        paths = [str(f) for f in files or []]
-        if system_dir is not None:
-            from realm_core.system_bundle import bundle_add
-
-            added = bundle_add(system_dir, paths, kind, name or [], remove or [], remove_source or [], log=out.print,
-                               reembed_all=reembed)
-        else:
-            added = add_documents(resolver(preset, config, overrides, root), paths, kind, name or [],
-                                  remove or [], remove_source or [], log=out.print, reembed_all=reembed)
+        # the corpus an exported system (--system-dir) or this store answers from: the same engine
+        # `realm ask` and `realm serve-qa` build, grown by the one function that knows both kinds
+        engine = engine_for(system_dir, preset, config, overrides, root)
+        added = add_to_engine(engine, [str(f) for f in files or []], kind, name or [], remove or [],
+                              remove_source or [], reembed_all=reembed, log=out.print)
         out.print(added.summary())
 
 

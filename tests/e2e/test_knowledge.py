@@ -252,5 +252,6 @@ def test_the_query_side_reads_in_int8_when_asked(root: str) -> None:
     reader = engine._system("bm25").models.reader
     assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in reader.modules())
     assert int8.block_ids == fp32.block_ids  # BM25 retrieves as before; the reader read them in int8
-    if int8.answer:
-        assert int8.block_text is not None and int8.answer in int8.block_text
+    # its answer is a span of a block it read, where that block says it is
+    assert int8.answer and int8.block_id in int8.block_ids and int8.block_text is not None
+    assert int8.block_text[int8.char_start:int8.char_end] == int8.answer
