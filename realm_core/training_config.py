@@ -159,6 +159,12 @@ class PretrainConfig(TrainerConfig):
         "mostly lack the span (on the demo corpus REALM's own loss taught its reader to ignore them: "
         "docs/experiments/realm-gain.md). One process only; the corpus's wordpieces are held in memory. "
         "0: REALM's loss alone, as the paper")
+    null_weight: float | None = Field(
+        None, gt=0, lt=1, description="the null block's fixed share of the marginal likelihood, the "
+        "retriever's softmax taken over the retrieved blocks alone: its gradient then ranks the retrieved "
+        "blocks against each other and can never move mass to the null block (on the demo corpus, where "
+        "the blocks ICT retrieves mostly lack the span, every run with a scored null block collapsed onto "
+        "it: docs/experiments/realm-gain.md). None: the null block scored like any block, as the paper")
     steps: int = Field(200_000, ge=1)
     warmup_steps: int = Field(10_000, ge=0)
     refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")

@@ -170,7 +170,8 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
             scores = torch.cat([q @ null.T, torch.einsum("bd,bkd->bk", q, stale)], dim=1)  # (B, K)
     with place.compute():
         token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
-    out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask)
+    out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask,
+                              config.null_weight if queries is not None else None)
     return out, batch, scores, queries
 
 

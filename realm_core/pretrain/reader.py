@@ -8,8 +8,10 @@ masked wordpieces of x:
     p(y|x,z) = prod_j p(y_j|x,z)                     over the masked positions j
     p(z|x)  = softmax_z(Embed_input(x) . Embed_doc(z))
 
-computed in log space with logsumexp. The MLM head runs only at masked positions (a 32 x 256
-reader step costs 2.5 s instead of 7.6 s with HF's head over every position on 2 cores).
+computed in log space with logsumexp. With `pretrain.null_weight` w, p(null|x) = w and the
+retrieved blocks share 1 - w by the softmax over their own scores. The MLM head runs only at
+masked positions (a 32 x 256 reader step costs 2.5 s instead of 7.6 s with HF's head over every
+position on 2 cores).
 
 The reader is a BERT with an MLM head initialised from the bundled encoder: the BERT body is the
 encoder's, the output embedding is tied to its word embeddings, the head's transform (dense +
@@ -22,6 +24,7 @@ V vocabulary.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,18 +70,37 @@ class MarginalOutput:
     token_log_probs: torch.Tensor   # (B, K, M, V)
 
 
+def retrieval_log_prior(scores: torch.Tensor, block_mask: torch.Tensor, null_weight: float | None = None) -> torch.Tensor:
+    """(B, K) log p(z|x), the null block in slot 0. REALM's: a softmax over every block's score,
+    the null block's included. With `null_weight` w the null block has the fixed share w and the
+    retrieved blocks share 1 - w by a softmax over their own scores, so the scores' gradient only
+    ranks the retrieved blocks against each other; an example with no retrieved block reads the
+    null block alone."""
+    masked = scores.float().masked_fill(~block_mask, float("-inf"))  # (B, K)
+    if null_weight is None:
+        return torch.log_softmax(masked, dim=-1)
+    has = block_mask[:, 1:].any(-1)  # (B,)
+    # rows without a retrieved block get finite dummies, so that no NaN reaches the gradient
+    retrieved = masked[:, 1:].masked_fill(~has[:, None], 0.0)  # (B, K-1)
+    log_retrieved = (torch.log_softmax(retrieved, dim=-1) + math.log1p(-null_weight)).masked_fill(
+        ~block_mask[:, 1:], float("-inf"))  # (B, K-1)
+    null = torch.where(has, math.log(null_weight), 0.0).to(masked.dtype)  # (B,)
+    return torch.cat([null[:, None], log_retrieved], dim=1)
+
+
 def marginal_likelihood(token_log_probs: torch.Tensor, targets: torch.Tensor, target_mask: torch.Tensor,
-                        scores: torch.Tensor, block_mask: torch.Tensor) -> MarginalOutput:
+                        scores: torch.Tensor, block_mask: torch.Tensor, null_weight: float | None = None) -> MarginalOutput:
     """REALM eq. (1) in log space.
 
     token_log_probs: (B, K, M, V) from the reader; targets, target_mask: (B, M);
     scores: (B, K) relevance Embed_input(x) . Embed_doc(z); block_mask: (B, K) False where a slot
-    holds no block (fewer candidates than K after excluding trivial retrievals)."""
+    holds no block (fewer candidates than K after excluding trivial retrievals); `null_weight`:
+    the null block's fixed share of p(z|x) (`retrieval_log_prior`; None: scored as the others)."""
     k = token_log_probs.size(1)
     gold = token_log_probs.gather(-1, targets.unsqueeze(1).expand(-1, k, -1).unsqueeze(-1)).squeeze(-1)  # (B, K, M)
     gold = gold * target_mask.unsqueeze(1).to(gold.dtype)
     log_p_y_given_z = gold.sum(-1)  # (B, K)
-    log_p_z = torch.log_softmax(scores.float().masked_fill(~block_mask, float("-inf")), dim=-1)  # (B, K)
+    log_p_z = retrieval_log_prior(scores, block_mask, null_weight)  # (B, K)
     joint = (log_p_z + log_p_y_given_z).masked_fill(~block_mask, float("-inf"))  # (B, K)
     log_p_y = torch.logsumexp(joint, dim=-1)  # (B,)
     return MarginalOutput(-log_p_y.mean(), log_p_y, log_p_y_given_z, log_p_z, token_log_probs)

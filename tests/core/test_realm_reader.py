@@ -36,6 +36,34 @@ def test_marginal_likelihood_is_logsumexp_of_prior_plus_reader() -> None:
     assert float(half.log_p_y[0]) == pytest.approx(math.log(0.25 * 0.5 + 0.75 * 0.8), abs=1e-6)
 
 
+def test_a_fixed_null_weight_keeps_the_retrievers_gradient_off_the_null_block() -> None:
+    # B=2, K=3 (null, z1, z2), M=1, V=2: the reader gets y right reading the null block alone
+    # (0.9) and wrong reading either retrieved block (0.2 and 0.4)
+    p_y = torch.tensor([[0.9, 0.2, 0.4], [0.9, 0.2, 0.4]])
+    token_log_probs = torch.stack([p_y, 1 - p_y], dim=-1).log().unsqueeze(2)  # (2, 3, 1, 2)
+    targets, target_mask = torch.tensor([[0], [0]]), torch.tensor([[True], [True]])
+    block_mask = torch.tensor([[True, True, True], [True, False, False]])  # the second: nothing retrieved
+    scores = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]], requires_grad=True)
+    # REALM's own prior: the gradient raises the null block's score, where the reader does best
+    marginal_likelihood(token_log_probs, targets, target_mask, scores, block_mask).loss.backward()
+    assert scores.grad is not None and float(scores.grad[0, 0]) < 0
+    scores.grad = None
+    out = marginal_likelihood(token_log_probs, targets, target_mask, scores, block_mask, null_weight=0.25)
+    out.loss.backward()
+    assert scores.grad is not None
+    # p(null|x) is 0.25 and the retrieved blocks share 0.75 equally (equal scores); nothing retrieved:
+    # the null block alone
+    assert out.log_p_z[0].detach().exp().tolist() == pytest.approx([0.25, 0.375, 0.375])
+    assert out.log_p_z[1].detach().exp().tolist() == pytest.approx([1.0, 0.0, 0.0])
+    assert float(out.log_p_y[0].detach()) == pytest.approx(math.log(0.25 * 0.9 + 0.375 * 0.2 + 0.375 * 0.4),
+                                                          abs=1e-6)
+    # no gradient on the null block's score; the better retrieved block (z2: 0.4) is raised against
+    # z1 by as much as z1 is lowered; the example with nothing retrieved moves no score
+    assert float(scores.grad[0, 0]) == 0 and float(scores.grad[0, 2]) < 0 < float(scores.grad[0, 1])
+    assert float(scores.grad[0, 1] + scores.grad[0, 2]) == pytest.approx(0, abs=1e-7)
+    assert scores.grad[1].abs().sum() == 0 and torch.isfinite(scores.grad).all()
+
+
 BLOCKS = pa.table({"block_id": [0, 1, 2, 3], "doc_id": ["a:1", "a:1", "b:2", "c:3"],
                    "title": ["Ada Lovelace", "Ada Lovelace", "ada lovelace", "Charles Babbage"],
                    "text": ["Ada wrote the first program.", "She was born in London.",
