@@ -110,10 +110,13 @@ realm-gain: $(STAMP)
 # Does the pretraining reader copy a span from a block that holds it, and can it be taught to?
 # (docs/experiments/realm-gain.md, "Does the reader read?"). About an hour on 2 cores; the readers
 # of REALM's and null-only's runs are measured too where `make realm-gain` has trained them.
+# READING_NAME names its result file, which `make realm-copy-start` reads the reader from.
 READING_ARGS ?= --copy-steps 400 --copy-batch 16 --eval-examples 500
+READING_NAME ?= realm_reading
 realm-reading: $(STAMP)
-	$(BIN)/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml $(READING_ARGS) $(PRECISION_SET)
-	$(BIN)/python bench/readme_tables.py realm_reading
+	$(BIN)/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml $(READING_ARGS) \
+		--name $(READING_NAME) $(PRECISION_SET)
+	$(BIN)/python bench/readme_tables.py $(READING_NAME)
 
 # REALM from the copy-trained reader `make realm-reading` saved: does the retriever now learn on
 # real text? Then the span-holding block's rank under the run's encoders against ICT's.
@@ -123,8 +126,8 @@ COPY_SET ?=
 COPY_NAME ?= realm_reading_copy_start
 COPY_START = --config experiments/configs/realm_copy_start.yaml --set pretrain.reader_mlm.steps=0 $(COPY_SET)
 realm-copy-start: $(STAMP)
-	@reader="$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading.json"))["copy_training"]["reader"])')"; \
-	test -d "$$reader" || { echo "error: bench/results/realm_reading.json: its copy-trained reader is not on this machine; run make realm-reading first" >&2; exit 2; }; \
+	@reader="$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/$(READING_NAME).json"))["copy_training"]["reader"])')"; \
+	test -d "$$reader" || { echo "error: bench/results/$(READING_NAME).json: its copy-trained reader is not on this machine; run make realm-reading first" >&2; exit 2; }; \
 	set -ex; \
 	$(BIN)/realm pretrain $(COPY_START) --set pretrain.reader_encoder="$$reader" $(PRECISION_SET); \
 	$(BIN)/python experiments/realm_reading.py $(COPY_START) --set pretrain.reader_encoder="$$reader" --eval-examples 0 \

@@ -210,12 +210,21 @@ def collapse_table(result: Result) -> str:
                      f"later and 0.99 {past[0.99]} steps later; stopped at step {last}.")
     first = next(iter(result["runs"].values()))
     cfg = first["config"]
-    text = (f"Every run: batch {cfg['batch_size']}, encoders at {cfg['retriever_lr_scale']:g}x the reader's rate once "
-            f"they train, the same seeds and batches (identical to step {cfg['retriever_frozen_steps']}). "
-            + " ".join(notes))
+    same = (f", the same seeds and batches (identical to step {cfg['retriever_frozen_steps']})"
+            if len(result["runs"]) > 1 else "")
+    text = (f"{'Every run' if same else 'The run'}: batch {cfg['batch_size']}, encoders at "
+            f"{cfg['retriever_lr_scale']:g}x the reader's rate once they train{same}. " + " ".join(notes))
     longest = max(result["runs"].values(), key=lambda r: len(r["evals"]))
-    frozen = [e for e in longest["evals"] if e["step"] < longest["config"]["retriever_trained_from_step"]]
-    if frozen:
+    opened = longest["config"]["retriever_trained_from_step"]
+    frozen = [e for e in longest["evals"] if e["step"] < opened]
+    trained = [e for e in longest["evals"] if e["step"] >= opened]
+    if trained and not frozen:
+        text += (f" Held-out evaluations with the encoders trained (step{'s' if len(trained) > 1 else ''} "
+                 + ", ".join(f"{int(e['step'])}" for e in trained) + f", {int(trained[-1]['examples']):,} spans): "
+                 "span accuracy " + ", ".join(f"{100 * e['span_accuracy']:.1f}%" for e in trained)
+                 + ", p(null) " + ", ".join(f"{e['p_null']:.3f}" for e in trained) + ", the span in a retrieved "
+                 "block for " + ", ".join(f"{100 * e['answer_retrieved']:.1f}%" for e in trained) + ".")
+    if frozen and "null_only" in result:
         text += (" Held-out evaluations with the encoders still frozen (steps "
                  + ", ".join(f"{int(e['step'])}" for e in frozen) + "): span accuracy "
                  + ", ".join(f"{100 * e['span_accuracy']:.1f}%" for e in frozen) + " of "
@@ -761,6 +770,9 @@ def realm_reading_table(result: Result) -> str:
                          f"**{pct(k['end'])}**, {diff(k['end_minus_start'])} | {pct(h['start'])} -> "
                          f"**{pct(h['end'])}**, {diff(h['end_minus_start'])} | {r['median_rank']['start']:.1f} -> "
                          f"{r['median_rank']['end']:.1f} | {pct(r['rank_rose'])} / {pct(r['rank_fell'])} |")
+    for name, r in retrieval.items():
+        if "curve" in r:
+            lines += ["", *_run_curve_table(name, r["curve"])]
     machine = f"{result['precision']} on {result['machine']}"
     if {"REALM reader", "null-only reader"} & set(result["readers"]):
         run = "encoders frozen" if result["freeze_retriever"] else "encoders trained"
@@ -769,6 +781,26 @@ def realm_reading_table(result: Result) -> str:
     else:
         lines += ["", f"No pretraining run's reader at this config was in the cache; {machine}."]
     return "\n".join(lines)
+
+
+def _run_curve_table(name: str, curve: Result) -> list[str]:
+    """A pretraining run's learning curve (experiments/realm_reading.py `run_curve`): its training
+    steps averaged per window, then its held-out evaluations."""
+    def row(what: str, encoders: str, r: Result) -> str:
+        return (f"| {what} | {encoders} | {100 * r['span_accuracy']:.1f} | {r['retrieval_utility']:+.3f} | "
+                f"{r['p_null']:.3f} | {100 * r['answer_retrieved']:.1f} |")
+
+    def trained(share: float) -> str:
+        return "frozen" if share == 0 else "trained" if share == 1 else f"trained {100 * share:.0f}% of steps"
+
+    lines = [f"{name}'s curve: training steps averaged over {curve['window']}-step windows, then its held-out "
+             "evaluations:", "",
+             "| steps | encoders | span accuracy (%) | retrieval utility | p(null) | span in a retrieved block (%) |",
+             "|---|---|---:|---:|---:|---:|"]
+    lines += [row(f"{w['first_step']}-{w['last_step']}, training", trained(w["retriever_trained"]), w)
+              for w in curve["training"]]
+    lines += [row(f"held out at step {e['step']} ({e['examples']:,} examples)", "", e) for e in curve["heldout"]]
+    return lines
 
 
 def _rebuild_floor(eq: Result) -> str:
@@ -1085,6 +1117,9 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "knowledge_bf16": knowledge_table,
                                             "realm_reading_copy_start": realm_reading_table,
                                             "realm_reading_copy_objective": realm_reading_table,
+                                            "realm_reading_copy_top8": realm_reading_table,
+                                            "realm_reading_bf16": realm_reading_table,
+                                            "realm_reading_null_weight": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
@@ -1102,6 +1137,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "demo": demo_table, "demo_bf16": demo_table, "demo_summary": demo_summary, "demo_cuts": demo_cuts_table,
                                             "pretrain": realm_gain_table, "openqa_gain": openqa_table,
                                             "realm_gain_collapse": collapse_table,
+                                            "realm_copy_top8_collapse": collapse_table,
                                             "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 

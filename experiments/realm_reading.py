@@ -72,6 +72,26 @@ def paired(a: np.ndarray, b: np.ndarray, articles: list[str]) -> dict[str, Any]:
     return {"delta": delta, "ci95": [lo, hi]}
 
 
+CURVE_KEYS = ("span_accuracy", "retrieval_utility", "p_null", "answer_retrieved")
+
+
+def run_curve(run: Any, window: int) -> dict[str, Any]:
+    """A pretraining run's learning curve as its artifact recorded it: the training metrics
+    averaged over windows of `window` steps, and every held-out evaluation, each with whether the
+    encoders trained (`retriever_trained`) and what share of examples a retrieved block held the
+    masked span for (`answer_retrieved`: how retrieval changes as it learns)."""
+    steps = run.read_table("pretrain_metrics").to_pylist()
+    windows = []
+    for first in range(0, len(steps), window):
+        part = steps[first:first + window]
+        windows.append({"first_step": int(part[0]["step"]), "last_step": int(part[-1]["step"]),
+                        "retriever_trained": float(np.mean([r["retriever_trained"] for r in part])),
+                        **{k: float(np.mean([r[k] for r in part])) for k in CURVE_KEYS}})
+    evaluations = [{"step": int(r["step"]), "examples": int(r["examples"]), **{k: float(r[k]) for k in CURVE_KEYS}}
+                   for r in run.read_table("pretrain_eval").to_pylist()]
+    return {"window": window, "training": windows, "heldout": evaluations}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
@@ -84,6 +104,8 @@ def main() -> None:
     ap.add_argument("--eval-examples", type=int, default=500,
                     help="held-out examples scored with retrieval against the null block alone (0: skip)")
     ap.add_argument("--name", default="realm_reading", help="bench/results/<name>.json")
+    ap.add_argument("--curve-window", type=int, default=50,
+                    help="steps averaged per row of a pretraining run's training curve")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
@@ -205,7 +227,8 @@ def main() -> None:
                                   "end_minus_start": paired(run_rank <= top, ranks <= top, articles)},
             "within_top_100": {"start": float(np.mean(ranks <= 100)), "end": float(np.mean(run_rank <= 100)),
                                "end_minus_start": paired(run_rank <= 100, ranks <= 100, articles)},
-            "rank_rose": float(np.mean(run_rank < ranks)), "rank_fell": float(np.mean(run_rank > ranks))}
+            "rank_rose": float(np.mean(run_rank < ranks)), "rank_fell": float(np.mean(run_rank > ranks)),
+            "curve": run_curve(store.open(run["ref"]), args.curve_window)}
         log.info("%s: span-holding block within top %d: %.3f -> %.3f", name, top,
                  retrieval[name][f"within_top_{top}"]["start"], retrieval[name][f"within_top_{top}"]["end"])
 

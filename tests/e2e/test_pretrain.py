@@ -254,6 +254,11 @@ def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained
     assert retrieval[f"within_top_{top}"]["start"] == result["oracle_rank"][f"within_top_{top}"]
     assert retrieval["median_rank"]["start"] == result["oracle_rank"]["median"]
     assert 0 <= retrieval[f"within_top_{top}"]["end"] <= 1 and retrieval["rank_rose"] + retrieval["rank_fell"] <= 1
+    # its learning curve as the run recorded it: every step in one window (4 < 50), every evaluation
+    curve, metrics = retrieval["curve"], run.read_table("pretrain_metrics").to_pylist()
+    assert [(w["first_step"], w["last_step"]) for w in curve["training"]] == [(1, 4)]
+    assert curve["training"][0]["p_null"] == pytest.approx(sum(r["p_null"] for r in metrics) / len(metrics))
+    assert [e["step"] for e in curve["heldout"]] == run.read_table("pretrain_eval").column("step").to_pylist()
     saved = Path(result["copy_training"]["reader"])
     assert (saved / "config.json").is_file() and (saved / "vocab.txt").is_file()
     assert saved.is_relative_to(tmp_path / "work")
