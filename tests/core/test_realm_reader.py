@@ -162,6 +162,20 @@ def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder(se
     assert any(float(p.grad.abs().sum()) > 0 for p in q.parameters() if p.grad is not None)
 
 
+def test_a_null_weight_step_holds_p_null_and_trains_both_encoders(setup: Setup) -> None:
+    """`pretrain.null_weight` through the step: p(null|x) is the weight in the marginal and its
+    metrics, and the retrieved blocks' ranking still trains both encoders."""
+    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, null_weight=0.25)
+    out, batch, scores, _ = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
+                                          config)
+    assert bool(batch.block_mask[0, 1:].all())  # two blocks retrieved beside the null block
+    assert float(out.log_p_z[0, 0].detach().exp()) == pytest.approx(0.25)
+    assert batch_metrics(out, batch, scores)["p_null"] == pytest.approx(0.25)
+    out.loss.backward()
+    for encoder in (setup.models.query_encoder, setup.models.doc_encoder):
+        assert any(float(p.grad.abs().sum()) > 0 for p in encoder.parameters() if p.grad is not None)
+
+
 def test_block_wordpieces_are_tokenised_once_and_the_cache_is_bounded() -> None:
     from realm_core.pretrain.batches import block_wordpieces
 

@@ -168,25 +168,6 @@ def test_a_copy_weight_trains_the_reader_on_its_best_holder_beside_realms_loss(t
     assert [r["loss"] for r in copied[1:]] != [r["loss"] for r in plain[1:]]  # then a reader trained otherwise
 
 
-def test_a_null_weight_holds_p_null_and_still_trains_the_encoders(tiny_upstream: TinyUpstream,
-                                                                 tmp_path: Path) -> None:
-    """`pretrain.null_weight`: the null block's share of the marginal is fixed at every step and
-    held-out evaluation, while the encoders still learn from the retrieved blocks' ranking."""
-    from safetensors.torch import load_file
-
-    _, cfg, _ = tiny_upstream
-    store, refs = _copy(tiny_upstream, tmp_path / "n")
-    run = _pretrain(store, refs, cfg, null_weight=0.25)
-    art = store.open(run.ref)
-    for table in ("pretrain_metrics", "pretrain_eval"):
-        rows = art.read_table(table).to_pylist()
-        assert rows and all(r["p_null"] == pytest.approx(0.25, abs=1e-6) for r in rows), (table, rows)
-    assert run.stats["heldout_p_null"] == pytest.approx(0.25, abs=1e-6)
-    warm = load_file(str(Path(refs["ict"].path) / "query_encoder" / "model.safetensors"))
-    after = load_file(str(Path(run.ref.path) / "query_encoder" / "model.safetensors"))
-    assert any(not torch.equal(warm[k], after[k]) for k in warm)
-
-
 def test_the_unfreeze_gate_keeps_the_encoders_frozen_until_retrieval_helps(tiny_upstream: TinyUpstream,
                                                                          tmp_path: Path) -> None:
     """`pretrain.retriever_unfreeze_utility`: a threshold no utility reaches keeps the warm
