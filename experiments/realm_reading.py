@@ -14,7 +14,9 @@ alone and reading the oracle block alone; oracle minus null, paired on the same 
 - with `--copy-steps N`, the warm-up reader trained N more steps to predict training spans
   reading their oracle block alone (`train_copy_reader`; held-out articles never read), saved
   as a reader directory pretraining can start from (`--set pretrain.reader_mlm.steps=0
-  --set pretrain.reader_encoder=DIR`).
+  --set pretrain.reader_encoder=DIR`); with `--copy-eval-every K` it is also read on the
+  recoverable held-out examples every K steps as it trains (the copy curve: how far more copy
+  training takes the reader).
 
 Where the masked-LM warm-up is off (`--set pretrain.reader_mlm.steps=0`), the reader the runs
 start from is `pretrain.reader_encoder` ("starting reader"), e.g. a copy-trained one.
@@ -101,6 +103,9 @@ def main() -> None:
     ap.add_argument("--copy-steps", type=int, default=0, help="train a copy reader this many steps (0: none)")
     ap.add_argument("--copy-batch", type=int, default=16, help="examples per copy step")
     ap.add_argument("--copy-lr", type=float, default=None, help="peak learning rate (default: pretrain.learning_rate)")
+    ap.add_argument("--copy-eval-every", type=int, default=0,
+                    help="read the recoverable held-out examples with their oracle and the null block every this "
+                         "many copy steps, into the copy curve (0: only the trained reader, at the end)")
     ap.add_argument("--eval-examples", type=int, default=500,
                     help="held-out examples scored with retrieval against the null block alone (0: skip)")
     ap.add_argument("--name", default="realm_reading", help="bench/results/<name>.json")
@@ -252,10 +257,22 @@ def main() -> None:
         training = CopyTraining(steps=args.copy_steps, batch_size=args.copy_batch,
                                 learning_rate=args.copy_lr or p.learning_rate, reader_length=p.reader_length,
                                 warmup_steps=max(1, args.copy_steps // 10), seed=p.seed)
+
+        def heldout_reading(reader: Any) -> dict[str, float]:
+            """The copy reader as it trains, read as the trained one is below."""
+            read = read_blocks(reader, scored, chosen, blocks, tokenizer, p.reader_length, continuation,
+                               compute=placement.compute)
+            log.info("copy reader: held-out oracle block %.3f, null block %.3f",
+                     read.block_correct.mean(), read.null_correct.mean())
+            return {"heldout_oracle_accuracy": float(read.block_correct.mean()),
+                    "heldout_null_accuracy": float(read.null_correct.mean())}
+
         saved, curve = copy_trained(readers[start], evidence_examples, train_oracle.block[keep], blocks, tokenizer,
                                     training, work_dir() / "experiments" / "reader-copy",
                                     [readers[start], warm_ref.content_hash], placement,
-                                    LogProgress(log, every=60), dropout=p.dropout)
+                                    LogProgress(log, every=60), dropout=p.dropout,
+                                    evaluate=heldout_reading if args.copy_eval_every > 0 else None,
+                                    eval_every=args.copy_eval_every)
         checkpoints = Path(saved).parent
         copy_reader = KnowledgeAugmentedEncoder.from_pretrained(saved, dropout=p.dropout, seed=p.seed)
         tail = curve[-min(50, len(curve)):]
@@ -263,7 +280,9 @@ def main() -> None:
                 "training_examples": len(evidence_examples), "pool": len(pool),
                 "final_train_span_accuracy": sum(r["span_accuracy"] for r in tail) / len(tail),
                 "final_train_loss": sum(r["loss"] for r in tail) / len(tail), "checkpoints": str(checkpoints),
-                "curve": [{k: r[k] for k in ("step", "loss", "span_accuracy")} for r in curve]}
+                "eval_every": args.copy_eval_every,
+                "curve": [{k: r[k] for k in ("step", "loss", "span_accuracy", "heldout_oracle_accuracy",
+                                             "heldout_null_accuracy") if k in r} for r in curve]}
 
     measured: dict[str, Any] = {}
     correct: dict[str, np.ndarray] = {}

@@ -21,13 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from realm_core.pretrain.batches import BlockTexts, reader_batch
 from realm_core.pretrain.heldout import SpanLocator, answer_retrieved, masked_runs
 from realm_core.spans.masking import MaskedExample
+
+if TYPE_CHECKING:
+    from realm_core.pretrain.reader_training import Evaluate
 
 
 @dataclass(frozen=True)
@@ -155,11 +158,13 @@ class CopyTraining:
 
 def train_copy_reader(reader: Any, examples: Sequence[MaskedExample], evidence: np.ndarray, blocks: BlockTexts,
                       tokenizer: Any, config: CopyTraining, checkpoint_root: Any, placement: Any,
-                      progress: Any) -> list[dict[str, float]]:
+                      progress: Any, evaluate: Evaluate | None = None, eval_every: int = 0) -> list[dict[str, float]]:
     """Train `reader` in place to predict each example's masked span reading its `evidence` block
     alone (evidence: (E,) block ids, every one >= 0, e.g. `oracle_blocks`): the loss is
     -log p(y|x,z) of REALM's reader with z given. Batches and dropout are functions of
-    (seed, step); resumes from the newest checkpoint under `checkpoint_root`."""
+    (seed, step); resumes from the newest checkpoint under `checkpoint_root`. `evaluate`, given,
+    measures the reader every `eval_every` steps and at the last (e.g. held-out `read_blocks`):
+    its metrics join the curve's row of that step."""
     import torch
 
     from realm_core.pretrain.reader_training import train_reader_steps
@@ -178,30 +183,35 @@ def train_copy_reader(reader: Any, examples: Sequence[MaskedExample], evidence: 
         return nll.mean(), {"span_accuracy": float(right.float().mean())}
 
     return train_reader_steps(reader, config, step_loss, checkpoint_root, progress, placement,
-                              "reader copy training (evidence blocks)", "lower the learning rate")
+                              "reader copy training (evidence blocks)", "lower the learning rate",
+                              evaluate, eval_every)
 
 
 def copy_trained(start: str, examples: Sequence[MaskedExample], evidence: np.ndarray, blocks: BlockTexts,
                  tokenizer: Any, config: CopyTraining, root: Any, identity: Sequence[Any], placement: Any,
-                 progress: Any, dropout: float = 0.0) -> tuple[str, list[dict[str, float]]]:
+                 progress: Any, dropout: float = 0.0, evaluate: Evaluate | None = None,
+                 eval_every: int = 0) -> tuple[str, list[dict[str, float]]]:
     """The reader `start` copy-trained on `examples` with their `evidence` blocks
     (`train_copy_reader`), saved with its tokenizer as a reader directory pretraining can start
     from (`pretrain.reader_encoder`): root/<tag>/reader, the tag a hash of `identity` (what the
-    caller's examples depend on; the training config and their count are added), its checkpoints
-    beside it, so a killed run resumes and a finished one is reused. Returns (the directory,
-    the training curve)."""
+    caller's examples depend on; the training config and their count are added, and
+    `eval_every` where `evaluate` measures the run as it trains), its checkpoints beside it, so
+    a killed run resumes and a finished one is reused. Returns (the directory, the training
+    curve)."""
     import hashlib
     import json
     from pathlib import Path
 
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
 
-    tag = hashlib.sha256(json.dumps([*identity, config.__dict__, len(examples)],
+    evaluated = [{"eval_every": eval_every}] if evaluate is not None else []  # its curve differs
+    tag = hashlib.sha256(json.dumps([*identity, config.__dict__, len(examples), *evaluated],
                                     sort_keys=True).encode()).hexdigest()[:12]
     checkpoints = Path(root) / tag
     saved = checkpoints / "reader"
     reader = KnowledgeAugmentedEncoder.from_pretrained(start, dropout=dropout, seed=config.seed)
-    curve = train_copy_reader(reader, examples, evidence, blocks, tokenizer, config, checkpoints, placement, progress)
+    curve = train_copy_reader(reader, examples, evidence, blocks, tokenizer, config, checkpoints, placement, progress,
+                              evaluate, eval_every)
     if not (saved / "config.json").is_file():
         reader.save_pretrained(saved)
         tokenizer.save_pretrained(str(saved))

@@ -13,6 +13,7 @@ from realm_core.distributed import Placement
 from realm_core.pretrain.batches import BlockTexts, reader_batch
 from realm_core.pretrain.heldout import SpanLocator, continuation_ids, title_body_wordpieces
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+from realm_core.pretrain.reader_training import train_reader_steps
 from realm_core.pretrain.reading import CopyTraining, oracle_blocks, read_blocks, train_copy_reader
 from realm_core.progress import NoProgress
 from realm_core.spans.masking import MaskedExample
@@ -118,3 +119,41 @@ def test_copy_training_learns_the_evidence_and_a_killed_run_resumes_to_the_same_
     with pytest.raises(ValueError, match="evidence block"):
         train_copy_reader(untrained, examples, np.array([2, -1, 3]), blocks, tok, config, tmp_path / "c",
                           Placement.single(), NoProgress())
+
+
+def test_copy_training_measures_the_reader_as_it_trains_without_changing_what_it_trains(
+        tiny_bert: str, tmp_path: Path) -> None:
+    tok = load_tokenizer(tiny_bert)
+    blocks = BlockTexts.from_table(BLOCKS)
+    examples = [_london(tok)] * 3
+    evidence = np.array([2, 3, 2])
+    config = CopyTraining(steps=5, batch_size=2, learning_rate=1e-3, reader_length=32, warmup_steps=1,
+                          checkpoint_every=2)
+
+    def train(root: Path, progress, evaluate=None):  # type: ignore[no-untyped-def]
+        reader = KnowledgeAugmentedEncoder.from_pretrained(tiny_bert, dropout=0.1, seed=0)
+
+        def measure(model: KnowledgeAugmentedEncoder) -> dict[str, float]:
+            assert model is reader and not model.training and not torch.is_grad_enabled()
+            read = read_blocks(model, examples[:1], evidence[:1], blocks, tok, 32, continuation_ids(tok))
+            return {"heldout_oracle_accuracy": float(read.block_correct.mean())}
+
+        curve = train_copy_reader(reader, examples, evidence, blocks, tok, config, root, Placement.single(), progress,
+                                  measure if evaluate else None, 2)
+        return reader, curve
+
+    plain, plain_curve = train(tmp_path / "a", NoProgress())
+    measured, curve = train(tmp_path / "b", NoProgress(), evaluate=True)
+    # measured after steps 2, 4 and the last (5), in those rows only; dropout on, weights the same
+    assert [r["step"] for r in curve if "heldout_oracle_accuracy" in r] == [2.0, 4.0, 5.0]
+    assert not any("heldout_oracle_accuracy" in r for r in plain_curve)
+    x, y = plain.state_dict(), measured.state_dict()
+    assert all(torch.equal(x[k], y[k]) for k in x)
+    # killed after step 3: the resumed run keeps step 2's measurement from its checkpoint
+    with pytest.raises(Killed):
+        train(tmp_path / "c", KillAfter(3), evaluate=True)
+    _, resumed = train(tmp_path / "c", NoProgress(), evaluate=True)
+    assert [r.get("heldout_oracle_accuracy") for r in resumed] == [r.get("heldout_oracle_accuracy") for r in curve]
+    with pytest.raises(ValueError, match="eval_every"):
+        train_reader_steps(plain, config, lambda step: (torch.zeros(()), {}), tmp_path / "d", NoProgress(),
+                           Placement.single(), "copy", "stop", lambda model: {}, 0)
