@@ -738,6 +738,8 @@ def realm_reading_table(result: Result) -> str:
                      f"their oracle block alone ({copy['training_examples']:,} examples with one, held-out "
                      f"articles never read); training span accuracy over its last steps "
                      f"{pct(copy['final_train_span_accuracy'])}%.")
+    measured = [r for r in (copy or {}).get("curve", []) if "heldout_oracle_accuracy" in r]
+    copy_curve = _copy_curve_table(result, copy, measured) if copy and measured else []
     if "realm_minus_null_reader_on_oracle" in result:
         notes.append("REALM's reader minus the null-only reader, both reading the oracle block: "
                      f"{diff(result['realm_minus_null_reader_on_oracle'])} points.")
@@ -757,6 +759,7 @@ def realm_reading_table(result: Result) -> str:
                          f"{pct(m['answer_retrieved'])} | {pct(m['answer_retrieved_retrieval_accuracy'])} / "
                          f"{pct(m['answer_retrieved_null_accuracy'])} |")
     lines += ["", " ".join(notes)] if notes else []
+    lines += copy_curve
     retrieval = result.get("retrieval") or {}
     if retrieval:
         lines += ["", "Retrieval by each pretraining run's own encoders against the warm-started retriever's, on "
@@ -781,6 +784,30 @@ def realm_reading_table(result: Result) -> str:
     else:
         lines += ["", f"No pretraining run's reader at this config was in the cache; {machine}."]
     return "\n".join(lines)
+
+
+def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> list[str]:
+    """The copy-trained reader as it trained (experiments/realm_reading.py --copy-eval-every): at
+    each measured step its span accuracy on the training steps just before, and the recoverable
+    held-out examples read with their oracle block and with the null block, from the reader it
+    started from (step 0) to the end."""
+    window = copy["eval_every"]
+    curve = copy["curve"]
+    start = next((result["readers"][n] for n in ("warm-up reader", "starting reader") if n in result["readers"]), None)
+    lines = ["", f"The copy-trained reader as it trained, read on the same {result['recoverable']:,} recoverable "
+             f"held-out examples every {window} steps:", "",
+             f"| copy steps | training span accuracy, the {window} steps before (%) | held-out: oracle block alone "
+             "(%) | held-out: null block alone (%) | oracle - null (points) |", "|---:|---:|---:|---:|---:|"]
+    if start is not None:
+        lines.append(f"| 0 | - | {100 * start['oracle_block_accuracy']:.1f} | {100 * start['null_block_accuracy']:.1f} "
+                     f"| {100 * (start['oracle_block_accuracy'] - start['null_block_accuracy']):+.1f} |")
+    for r in measured:
+        step = int(r["step"])
+        before = [c["span_accuracy"] for c in curve if step - window < c["step"] <= step]
+        lines.append(f"| {step:,} | {100 * sum(before) / len(before):.1f} | "
+                     f"{100 * r['heldout_oracle_accuracy']:.1f} | {100 * r['heldout_null_accuracy']:.1f} | "
+                     f"{100 * (r['heldout_oracle_accuracy'] - r['heldout_null_accuracy']):+.1f} |")
+    return lines
 
 
 def _run_curve_table(name: str, curve: Result) -> list[str]:
@@ -1117,7 +1144,6 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "knowledge_bf16": knowledge_table,
                                             "realm_reading_copy_start": realm_reading_table,
                                             "realm_reading_copy_objective": realm_reading_table,
-                                            "realm_reading_copy_top8": realm_reading_table,
                                             "realm_reading_bf16": realm_reading_table,
                                             "realm_reading_null_weight": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
