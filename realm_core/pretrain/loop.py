@@ -148,30 +148,34 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
             candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
                                              config.exclusion)  # (B, K-1)
             host_batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length)
+            # the null block's score counts only where its share is not fixed (pretrain.null_weight):
+            # there it is 0 and never embedded
+            null = [] if config.null_weight is not None else [NULL_BLOCK]
             if config.relevance == "recompute":
-                # relevance recomputed with the current document encoder, null block first
-                unique = [NULL_BLOCK] + sorted({int(z) for z in candidates.ravel() if z >= 0})
-                row_of = {z: i for i, z in enumerate(unique)}
-                inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length)
+                # relevance recomputed with the current document encoder, the null block first
+                unique = null + sorted({int(z) for z in candidates.ravel() if z >= 0})
             else:
-                inputs = doc_encoder_inputs(np.asarray([NULL_BLOCK]), data.blocks, tok, config.doc_length)
+                unique = null  # the index's stale vectors for the retrieved blocks
+            row_of = {z: i for i, z in enumerate(unique)}
+            inputs = doc_encoder_inputs(np.asarray(unique), data.blocks, tok, config.doc_length) if unique else None
         batch = host_batch.to(dev)
+        d = torch.zeros((0, q.size(1)), device=dev)  # (U, D)
+        if inputs is not None:
+            with retriever_grad, place.compute():
+                d = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()
+        null_scores = q @ d[:1].T if null else torch.zeros((b, 1), device=dev)  # (B, 1)
         if config.relevance == "recompute":
-            with retriever_grad, place.compute():
-                d = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (U, D)
-            rows = torch.tensor([[row_of.get(int(z), 0) for z in row] for row in batch.block_ids],
-                                device=dev)  # (B, K)
-            scores = torch.einsum("bd,bkd->bk", q, d[rows])  # (B, K)
+            rows = torch.tensor([[row_of.get(int(z), 0) for z in row[1:]] for row in batch.block_ids],
+                                device=dev, dtype=torch.long)  # (B, K-1); empty slots are masked
+            retrieved = torch.einsum("bd,bkd->bk", q, d[rows]) if len(d) else torch.zeros_like(rows, dtype=q.dtype)
         else:
-            # the index's stale vectors for the retrieved blocks; only the null block is embedded
-            with retriever_grad, place.compute():
-                null = models.doc_encoder(**{k: v.to(dev) for k, v in inputs.items()}).float()  # (1, D)
             stale = torch.from_numpy(index.index.reconstruct(candidates)).to(dev)  # (B, K-1, D)
-            scores = torch.cat([q @ null.T, torch.einsum("bd,bkd->bk", q, stale)], dim=1)  # (B, K)
+            retrieved = torch.einsum("bd,bkd->bk", q, stale)
+        scores = torch.cat([null_scores, retrieved], dim=1)  # (B, K)
     with place.compute():
         token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
     out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask,
-                              config.null_weight if queries is not None else None)
+                              config.null_weight)
     return out, batch, scores, queries
 
 

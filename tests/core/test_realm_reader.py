@@ -171,6 +171,16 @@ def test_a_null_weight_step_holds_p_null_and_trains_both_encoders(setup: Setup) 
     assert bool(batch.block_mask[0, 1:].all())  # two blocks retrieved beside the null block
     assert float(out.log_p_z[0, 0].detach().exp()) == pytest.approx(0.25)
     assert batch_metrics(out, batch, scores)["p_null"] == pytest.approx(0.25)
+    # the null block's score is fixed, not embedded; the retrieved blocks score as without the weight
+    handle = IndexHandle(setup.index, 0)
+    for relevance in ("recompute", "index"):
+        unweighted = config.model_copy(update={"null_weight": None, "relevance": relevance})
+        _, paper_batch, paper_scores, _ = realm_forward(setup.models, [setup.example], handle, setup.data, unweighted)
+        _, _, fixed, _ = realm_forward(setup.models, [setup.example], handle, setup.data,
+                                       unweighted.model_copy(update={"null_weight": 0.25}))
+        assert float(fixed[0, 0]) == 0.0 and float(paper_scores[0, 0]) != 0.0
+        assert paper_batch.block_ids.tolist() == batch.block_ids.tolist()
+        assert torch.allclose(fixed[:, 1:], paper_scores[:, 1:])
     out.loss.backward()
     for encoder in (setup.models.query_encoder, setup.models.doc_encoder):
         assert any(float(p.grad.abs().sum()) > 0 for p in encoder.parameters() if p.grad is not None)
