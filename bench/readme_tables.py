@@ -733,7 +733,7 @@ def realm_reading_table(result: Result) -> str:
              f"{pct(result['oracle_holds_span_as_read'])}%."]
     copy = result.get("copy_training")
     if copy:
-        notes.append(f"The copy-trained reader: the warm-up reader trained {copy['steps']} steps of "
+        notes.append(f"The copy-trained reader: the warm-up reader trained {copy['steps']:,} steps of "
                      f"{copy['batch_size']} (lr {copy['learning_rate']:g}) to predict training spans reading "
                      f"their oracle block alone ({copy['training_examples']:,} examples with one, held-out "
                      f"articles never read); training span accuracy over its last steps "
@@ -1146,6 +1146,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "realm_reading_copy_objective": realm_reading_table,
                                             "realm_reading_bf16": realm_reading_table,
                                             "realm_reading_null_weight": realm_reading_table,
+                                            "realm_reading_copy_curve": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
