@@ -1147,6 +1147,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "realm_reading_bf16": realm_reading_table,
                                             "realm_reading_null_weight": realm_reading_table,
                                             "realm_reading_copy_curve": realm_reading_table,
+                                            "realm_reading_gain": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table, "ingest": ingest_table,
                                             "spans": spans_table, "openqa_summary": openqa_summary_table,
                                             "mips": mips_table, "embed": embed_table,
