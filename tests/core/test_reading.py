@@ -88,14 +88,18 @@ def test_read_blocks_scores_the_null_block_and_the_given_block_apart_as_the_read
     assert cut.block_correct.tolist() == [False] and cut.block_holds.tolist() == [False]
 
 
+def _copy_setup(tiny_bert: str, steps: int):  # type: ignore[no-untyped-def]
+    """Three copies of the `london` example, their evidence blocks (2 and 3 hold `london`), and a
+    copy-training config of `steps` steps of 2 that checkpoints every 2."""
+    tok = load_tokenizer(tiny_bert)
+    config = CopyTraining(steps=steps, batch_size=2, learning_rate=1e-3, reader_length=32, warmup_steps=1,
+                          checkpoint_every=2)
+    return tok, BlockTexts.from_table(BLOCKS), [_london(tok)] * 3, np.array([2, 3, 2]), config
+
+
 def test_copy_training_learns_the_evidence_and_a_killed_run_resumes_to_the_same_weights(
         tiny_bert: str, tmp_path: Path) -> None:
-    tok = load_tokenizer(tiny_bert)
-    blocks = BlockTexts.from_table(BLOCKS)
-    examples = [_london(tok)] * 3
-    evidence = np.array([2, 3, 2])
-    config = CopyTraining(steps=4, batch_size=2, learning_rate=1e-3, reader_length=32, warmup_steps=1,
-                          checkpoint_every=2)
+    tok, blocks, examples, evidence, config = _copy_setup(tiny_bert, steps=4)
 
     def train(root: Path, progress) -> KnowledgeAugmentedEncoder:  # type: ignore[no-untyped-def]
         reader = KnowledgeAugmentedEncoder.from_pretrained(tiny_bert, dropout=0.0, seed=0)
@@ -123,12 +127,7 @@ def test_copy_training_learns_the_evidence_and_a_killed_run_resumes_to_the_same_
 
 def test_copy_training_measures_the_reader_as_it_trains_without_changing_what_it_trains(
         tiny_bert: str, tmp_path: Path) -> None:
-    tok = load_tokenizer(tiny_bert)
-    blocks = BlockTexts.from_table(BLOCKS)
-    examples = [_london(tok)] * 3
-    evidence = np.array([2, 3, 2])
-    config = CopyTraining(steps=5, batch_size=2, learning_rate=1e-3, reader_length=32, warmup_steps=1,
-                          checkpoint_every=2)
+    tok, blocks, examples, evidence, config = _copy_setup(tiny_bert, steps=5)
 
     def train(root: Path, progress, evaluate=None):  # type: ignore[no-untyped-def]
         reader = KnowledgeAugmentedEncoder.from_pretrained(tiny_bert, dropout=0.1, seed=0)
