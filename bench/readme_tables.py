@@ -786,6 +786,16 @@ def realm_reading_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def stopped_run_table(result: Result) -> str:
+    """A pretraining run stopped before its end (experiments/stopped_run.py): its curve from its
+    newest checkpoint, as `_run_curve_table` shows a finished run's."""
+    opened = result["retriever_trained_from_step"]
+    trained = f"the encoders trained from step {opened}" if opened is not None else "the encoders frozen throughout"
+    return "\n".join([*_run_curve_table(result["what"], result["curve"]), "",
+                      f"The run: {trained}; stopped at step {result['stopped_at']:,} (its newest checkpoint), "
+                      f"trained at {result['commit']}."])
+
+
 def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> list[str]:
     """The copy-trained reader as it trained (experiments/realm_reading.py --copy-eval-every): at
     each measured step its span accuracy on the training steps just before, and the recoverable
@@ -820,8 +830,8 @@ def _run_curve_table(name: str, curve: Result) -> list[str]:
     def trained(share: float) -> str:
         return "frozen" if share == 0 else "trained" if share == 1 else f"trained {100 * share:.0f}% of steps"
 
-    lines = [f"{name}'s curve: training steps averaged over {curve['window']}-step windows, then its held-out "
-             "evaluations:", "",
+    then = ", then its held-out evaluations" if curve["heldout"] else ""
+    lines = [f"{name}'s curve: training steps averaged over {curve['window']}-step windows{then}:", "",
              "| steps | encoders | span accuracy (%) | retrieval utility | p(null) | span in a retrieved block (%) |",
              "|---|---|---:|---:|---:|---:|"]
     lines += [row(f"{w['first_step']}-{w['last_step']}, training", trained(w["retriever_trained"]), w)
@@ -1166,6 +1176,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "pretrain": realm_gain_table, "openqa_gain": openqa_table,
                                             "realm_gain_collapse": collapse_table,
                                             "realm_copy_top8_collapse": collapse_table,
+                                            "realm_gain_retriever_collapse": stopped_run_table,
                                             "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 

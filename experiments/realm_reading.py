@@ -82,7 +82,13 @@ def run_curve(run: Any, window: int) -> dict[str, Any]:
     averaged over windows of `window` steps, and every held-out evaluation, each with whether the
     encoders trained (`retriever_trained`) and what share of examples a retrieved block held the
     masked span for (`answer_retrieved`: how retrieval changes as it learns)."""
-    steps = run.read_table("pretrain_metrics").to_pylist()
+    return curve_windows(run.read_table("pretrain_metrics").to_pylist(),
+                         run.read_table("pretrain_eval").to_pylist(), window)
+
+
+def curve_windows(steps: list[dict[str, Any]], evals: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    """A run's per-step rows averaged over windows of `window` steps, and its held-out
+    evaluations, as `run_curve` gives them (the rows of a finished artifact or of a checkpoint)."""
     windows = []
     for first in range(0, len(steps), window):
         part = steps[first:first + window]
@@ -90,7 +96,7 @@ def run_curve(run: Any, window: int) -> dict[str, Any]:
                         "retriever_trained": float(np.mean([r["retriever_trained"] for r in part])),
                         **{k: float(np.mean([r[k] for r in part])) for k in CURVE_KEYS}})
     evaluations = [{"step": int(r["step"]), "examples": int(r["examples"]), **{k: float(r[k]) for k in CURVE_KEYS}}
-                   for r in run.read_table("pretrain_eval").to_pylist()]
+                   for r in evals]
     return {"window": window, "training": windows, "heldout": evaluations}
 
 

@@ -1,0 +1,45 @@
+"""experiments/stopped_run.py: a stopped run's curve from its newest checkpoint, windowed as a
+finished run's, and a clear error where no checkpoint is."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from realm_core.training import adamw, save_checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
+
+import stopped_run  # noqa: E402
+
+
+def _main(monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, Any]:
+    written: dict[str, Any] = {}
+    monkeypatch.setattr(stopped_run, "write_result", lambda name, result: written.update({name: result}))
+    monkeypatch.setattr(sys, "argv", ["stopped_run.py", *args])
+    stopped_run.main()
+    return written
+
+
+def test_the_newest_checkpoint_is_windowed_and_a_missing_one_exits_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    model = torch.nn.Linear(2, 2)
+    optimizer = adamw([model], 1e-3, 0.0)
+    steps = [{"step": float(s), "retriever_trained": float(s > 2), "span_accuracy": s / 10, "retrieval_utility": -s,
+              "p_null": 0.125, "answer_retrieved": 1 / s} for s in range(1, 5)]
+    for done in (2, 4):
+        save_checkpoint(tmp_path / "ckpt", done, {"m": model}, optimizer,
+                        {"curves": {"steps": steps[:done], "evals": [], "heldout": []}})
+    out = _main(monkeypatch, "--checkpoints", str(tmp_path / "ckpt"), "--name", "stopped", "--commit", "abc",
+                "--what", "a run", "--window", "2")["stopped"]
+    assert out["stopped_at"] == 4 and out["retriever_trained_from_step"] == 3 and out["commit"] == "abc"
+    windows = out["curve"]["training"]
+    assert [(w["first_step"], w["last_step"], w["retriever_trained"]) for w in windows] == [(1, 2, 0.0), (3, 4, 1.0)]
+    assert windows[1]["span_accuracy"] == pytest.approx(0.35) and windows[0]["retrieval_utility"] == -1.5
+    with pytest.raises(SystemExit) as stop:
+        _main(monkeypatch, "--checkpoints", str(tmp_path / "none"), "--name", "x", "--commit", "a", "--what", "b")
+    assert stop.value.code == 2 and capsys.readouterr().err.startswith("error: ")
