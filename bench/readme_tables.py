@@ -733,11 +733,12 @@ def realm_reading_table(result: Result) -> str:
              f"{pct(result['oracle_holds_span_as_read'])}%."]
     copy = result.get("copy_training")
     if copy:
+        last, tail = int(copy["curve"][-1]["step"]), min(50, len(copy["curve"]))
         notes.append(f"The copy-trained reader: the warm-up reader trained {copy['steps']:,} steps of "
                      f"{copy['batch_size']} (lr {copy['learning_rate']:g}) to predict training spans reading "
                      f"their oracle block alone ({copy['training_examples']:,} examples with one, held-out "
-                     f"articles never read); training span accuracy over its last steps "
-                     f"{pct(copy['final_train_span_accuracy'])}%.")
+                     f"articles never read); training span accuracy over its last {tail} steps "
+                     f"{pct(_window_mean(copy['curve'], 'span_accuracy', last - tail + 1, last))}%.")
     measured = [r for r in (copy or {}).get("curve", []) if "heldout_oracle_accuracy" in r]
     copy_curve = _copy_curve_table(result, copy, measured) if copy and measured else []
     if "realm_minus_null_reader_on_oracle" in result:
@@ -813,8 +814,8 @@ def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> l
                      f"| {100 * (start['oracle_block_accuracy'] - start['null_block_accuracy']):+.1f} |")
     for r in measured:
         step = int(r["step"])
-        before = [c["span_accuracy"] for c in curve if step - window < c["step"] <= step]
-        lines.append(f"| {step:,} | {100 * sum(before) / len(before):.1f} | "
+        before = _window_mean(curve, "span_accuracy", step - window + 1, step)
+        lines.append(f"| {step:,} | {100 * before:.1f} | "
                      f"{100 * r['heldout_oracle_accuracy']:.1f} | {100 * r['heldout_null_accuracy']:.1f} | "
                      f"{100 * (r['heldout_oracle_accuracy'] - r['heldout_null_accuracy']):+.1f} |")
     return lines

@@ -210,6 +210,11 @@ def main() -> None:
     chosen, ranks = oracle.block[found], oracle.rank[found]
     articles = [e.doc_id for e in scored]
     log.info("%d held-out examples, %d recoverable", len(heldout), len(scored))
+
+    def read_oracle_and_null(reader: Any, progress: Any = None) -> Any:
+        """Each recoverable held-out example read with its oracle block and with the null block."""
+        return read_blocks(reader, scored, chosen, blocks, tokenizer, p.reader_length, continuation,
+                           compute=placement.compute, progress=progress)
     for name, run in runs.items():
         flags = [bool(r["recoverable"]) for r in run["heldout_rows"]]
         if flags != [bool(h) for h in oracle.holders > 0]:
@@ -253,6 +258,7 @@ def main() -> None:
 
     copy: dict[str, Any] | None = None
     copy_reader = None
+    copy_readings: list[Any] = []  # the copy reader's latest held-out reading as it trained
     if args.copy_steps > 0:
         # training examples with an allowed holder, in a seeded order; as many as the steps draw from
         order = np.random.default_rng(p.seed).permutation(len(train))
@@ -265,9 +271,10 @@ def main() -> None:
                                 warmup_steps=max(1, args.copy_steps // 10), seed=p.seed)
 
         def heldout_reading(reader: Any) -> dict[str, float]:
-            """The copy reader as it trains, read as the trained one is below."""
-            read = read_blocks(reader, scored, chosen, blocks, tokenizer, p.reader_length, continuation,
-                               compute=placement.compute)
+            """The copy reader as it trains, read as the trained one is below (the reading at the
+            last step is kept: it is the trained reader's)."""
+            read = read_oracle_and_null(reader)
+            copy_readings[:] = [read]
             log.info("copy reader: held-out oracle block %.3f, null block %.3f",
                      read.block_correct.mean(), read.null_correct.mean())
             return {"heldout_oracle_accuracy": float(read.block_correct.mean()),
@@ -281,11 +288,8 @@ def main() -> None:
                                     eval_every=args.copy_eval_every)
         checkpoints = Path(saved).parent
         copy_reader = KnowledgeAugmentedEncoder.from_pretrained(saved, dropout=p.dropout, seed=p.seed)
-        tail = curve[-min(50, len(curve)):]
         copy = {"reader": saved, "steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
-                "training_examples": len(evidence_examples), "pool": len(pool),
-                "final_train_span_accuracy": sum(r["span_accuracy"] for r in tail) / len(tail),
-                "final_train_loss": sum(r["loss"] for r in tail) / len(tail), "checkpoints": str(checkpoints),
+                "training_examples": len(evidence_examples), "pool": len(pool), "checkpoints": str(checkpoints),
                 "eval_every": args.copy_eval_every,
                 "curve": [{k: r[k] for k in ("step", "loss", "span_accuracy", "heldout_oracle_accuracy",
                                              "heldout_null_accuracy") if k in r} for r in curve]}
@@ -297,11 +301,16 @@ def main() -> None:
     for name, source in [*readers.items(), *([("copy-trained reader", None)] if copy_reader is not None else [])]:
         reader = copy_reader if source is None else KnowledgeAugmentedEncoder.from_pretrained(source)
         models[name] = reader
-        bar = LogProgress(log, every=60)
-        bar.start(f"{name}: each recoverable example read with the null and the oracle block", len(scored), "examples")
-        reading = read_blocks(reader, scored, chosen, blocks, tokenizer, p.reader_length, continuation,
-                              compute=placement.compute, progress=bar.advance)
-        bar.finish()
+        if source is None and copy_readings:
+            # training that ran to its end here read the held-out examples at its last step (a
+            # reader found trained in the cache was not read): the trained reader's own reading
+            reading = copy_readings[-1]
+        else:
+            bar = LogProgress(log, every=60)
+            bar.start(f"{name}: each recoverable example read with the null and the oracle block", len(scored),
+                      "examples")
+            reading = read_oracle_and_null(reader, progress=bar.advance)
+            bar.finish()
         # whether the oracle block holds the span as read depends on the input alone, not the reader
         if holds is not None and not np.array_equal(holds, reading.block_holds):
             raise SystemExit(f"error: {name}: the oracle blocks as read differ between readers")

@@ -217,10 +217,22 @@ def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained
     monkeypatch.setenv("REALM_WORK_DIR", str(tmp_path / "work"))
     sets = [a for s in PRETRAIN_SETTINGS for a in ("--set", s)]
     monkeypatch.setattr(sys, "argv", ["realm_reading.py", "--preset", "tiny", "--root", str(root), *sets,
-                                      "--copy-steps", "2", "--copy-batch", "2", "--eval-examples", "4", "--name", "t"])
+                                      "--copy-steps", "2", "--copy-batch", "2", "--copy-eval-every", "1",
+                                      "--eval-examples", "4", "--name", "t"])
+    import realm_core.pretrain.reading as reading
+
+    reads: list[int] = []
+    read_blocks = reading.read_blocks
+    monkeypatch.setattr(reading, "read_blocks", lambda *a, **k: reads.append(1) or read_blocks(*a, **k))
     realm_reading.main()
     result = json.loads((tmp_path / "bench" / "results" / "t.json").read_text())
     assert list(result["readers"]) == ["warm-up reader", "REALM reader", "copy-trained reader"]
+    # the copy reader read at each of its 2 steps; its reading at the last is the trained reader's
+    # row, not read a second time (the warm-up and REALM readers once each)
+    assert len(reads) == 4
+    copied, last = result["readers"]["copy-trained reader"], result["copy_training"]["curve"][-1]
+    assert last["step"] == 2 and copied["oracle_block_accuracy"] == last["heldout_oracle_accuracy"]
+    assert copied["null_block_accuracy"] == last["heldout_null_accuracy"]
     run = ArtifactStore(root).open(str(one_artifact(root, "realm_model")), kind="realm_model")
     rows = run.read_table("pretrain_heldout").to_pylist()
     assert result["heldout_examples"] == len(rows) and result["recoverable"] == sum(r["recoverable"] for r in rows)
