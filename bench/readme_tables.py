@@ -259,8 +259,8 @@ def realm_gain_table(result: Result) -> str:
               f"passes over {runs['REALM']['stats']['train_examples']:,} training spans), lr {b['learning_rate']:g}, "
               f"top-{b['top_k']} with the null block, reader {cfg['reader_length']} wordpieces (query "
               f"{cfg['query_length']}, the whole block), {_retriever_schedule(cfg, b, runs['REALM']['stats'])}, "
-              f"index refreshed every {b['refresh_every']} steps; both from one reader warmed up by "
-              f"{b['reader_mlm_steps']} steps of masked LM.", "",
+              f"index refreshed every {b['refresh_every']} steps; {_starting_reader(b)}."
+              + _utility_watch(runs["REALM"]["stats"], cfg), "",
               "| REALM minus null-only (points, 95% interval over articles) | examples | REALM (%) | null only (%) | "
               "difference |", "|---|---:|---:|---:|---|",
               f"| all held-out spans | {h['examples']:,} | {100 * h['systems']['REALM']['accuracy']:.1f} | "
@@ -277,6 +277,7 @@ def realm_gain_table(result: Result) -> str:
             lines.append(f"| {label} | {part['examples']:,} | {100 * part['REALM']:.1f} | "
                          f"{100 * part['null only']:.1f} | {_interval(part['delta'], part['ci95'])} |")
     curves = result.get("curves", {})
+    lines += _training_windows(curves)
     realm_evals = {int(e["step"]): e for e in curves.get("REALM", {}).get("evals", [])}
     null_evals = {int(e["step"]): e for e in curves.get("null only", {}).get("evals", [])}
     if realm_evals:
@@ -296,6 +297,48 @@ def realm_gain_table(result: Result) -> str:
                   f"R@20 {100 * z['before']['R@20']:.1f} -> {100 * z['after']['R@20']:.1f} "
                   f"({_interval(z['R@20 after - before']['delta'], z['R@20 after - before']['ci95'])})."]
     return "\n".join(lines)
+
+
+def _starting_reader(budget: dict[str, Any]) -> str:
+    """Where both runs' reader came from: the preset's masked-LM warm-up, or a reader given by
+    `pretrain.reader_encoder` (with the warm-up off), which the page that runs it names."""
+    if budget["reader_mlm_steps"]:
+        return f"both from one reader warmed up by {budget['reader_mlm_steps']:,} steps of masked LM"
+    return "both from the one reader `pretrain.reader_encoder` names, with no masked-LM warm-up of their own"
+
+
+def _utility_watch(stats: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """The run's collapse watch: the longest stretch of trained steps over which the mean retrieval
+    utility of every `utility_window` steps stayed below 0, or that none did."""
+    stretch = stats.get("utility_below_zero_steps")
+    if stats.get("retriever_trained_from_step") is None:
+        return ""
+    if stretch is None:
+        return (f" With the encoders training, no {cfg['utility_window']}-step mean of REALM's retrieval "
+                "utility fell below 0.")
+    return (f" With the encoders training, REALM's retrieval utility averaged over {cfg['utility_window']} steps "
+            f"was below 0 for steps {stretch[0]:,}-{stretch[1]:,} at the longest.")
+
+
+def _training_windows(curves: dict[str, Any], windows: int = 10) -> list[str]:
+    """Both runs' training curves in `windows` equal stretches of steps: span accuracy on the
+    training batches, and for REALM retrieval utility and the share of examples whose span a
+    retrieved block held."""
+    realm, null = (curves.get(n, {}).get("steps", []) for n in ("REALM", "null only"))
+    if not realm or not null:
+        return []
+    last = int(max(r["step"] for r in realm))
+    size = max(1, last // windows)
+    lines = ["", f"Training curves, {size}-step means over the training batches:", "",
+             "| steps | REALM span accuracy (%) | null only (%) | REALM retrieval utility | "
+             "span in a retrieved block (%) |", "|---|---:|---:|---:|---:|"]
+    for lo in range(1, last + 1, size):
+        hi = min(lo + size - 1, last)
+        lines.append(f"| {lo}-{hi} | {100 * _window_mean(realm, 'span_accuracy', lo, hi):.1f} | "
+                     f"{100 * _window_mean(null, 'span_accuracy', lo, hi):.1f} | "
+                     f"{_window_mean(realm, 'retrieval_utility', lo, hi):+.3f} | "
+                     f"{100 * _window_mean(realm, 'answer_retrieved', lo, hi):.1f} |")
+    return lines
 
 
 def _interval(d: float | None, ci: list[float] | None) -> str:
@@ -524,7 +567,8 @@ def _reader_start(path: str) -> str:
         return f"the reader of pretraining run `realm_model/{parts[parts.index('realm_model') + 1][:8]}`"
     if path.startswith("bundled:"):
         return f"`{path.split(':', 1)[1]}` as shipped"
-    return f"`{Path(path).name}` as shipped"
+    # a directory outside the store: the reader `pretrain.reader_encoder` names, REALM's start too
+    return "the reader `pretrain.reader_encoder` names, the one REALM pretraining starts from"
 
 
 def scaling_table(result: Result) -> str:
