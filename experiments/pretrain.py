@@ -198,7 +198,8 @@ def main() -> None:
                    "retriever_lr_scale": p.retriever_lr_scale,
                    "top_k": p.top_k, "reader_length": p.reader_length, "refresh_every": p.refresh_every,
                    "sync_refresh": p.sync_refresh, "relevance": p.relevance, "masking": cfg.masking.strategy},
-        "runs": {n: {k: v for k, v in r.items() if k != "heldout_rows"} for n, r in runs.items()},
+        # each run's logged steps are kept once, in `curves`; its held-out rows only as `heldout`
+        "runs": {n: {k: v for k, v in r.items() if k not in ("heldout_rows", "steps")} for n, r in runs.items()},
         "config": {"reader_length": p.reader_length, "query_length": cfg.masking.query_length,
                    "doc_length": p.doc_length, "retriever_frozen_steps": p.retriever_frozen_steps,
                    "retriever_unfreeze_utility": p.retriever_unfreeze_utility, "utility_window": p.utility_window,
