@@ -251,7 +251,7 @@ def realm_gain_table(result: Result) -> str:
         lines.append(f"| {name} | {100 * sy['accuracy']:.1f} | {100 * (sy['recoverable_accuracy'] or 0):.1f} | "
                      f"{shown} | "
                      f"{st['heldout_p_null']:.3f} | {st['heldout_retrieval_utility']:+.3f} | "
-                     f"{_minutes(st['wall_seconds'])} |")
+                     f"{_minutes(st['wall_seconds'])}{_resumed(st)} |")
     g = h["gain"]
     lines += ["", f"{h['examples']:,} held-out masked spans drawn at random from {h['articles']} articles never "
               f"trained on, {h['recoverable_examples']:,} of them recoverable. {b['steps']:,} steps of "
@@ -1078,6 +1078,12 @@ def _stage_title(name: str) -> str:
     from realm_core.graph import BY_NAME
 
     return BY_NAME[name].title if name in BY_NAME else name
+
+
+def _resumed(stats: dict[str, Any]) -> str:
+    """", resumed at step 475" for a run stopped and resumed (its wall is the sum of its parts)."""
+    at = stats.get("resumed_at_steps") or []
+    return f", resumed at step{'s' if len(at) > 1 else ''} {', '.join(f'{s:,}' for s in at)}" if at else ""
 
 
 def _minutes(seconds: float) -> str:

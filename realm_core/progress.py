@@ -11,8 +11,14 @@ from typing import Protocol
 
 
 class Progress(Protocol):
+    """One loop at a time: `start`, `advance` per unit, `finish`. Work a loop does aside from its
+    units (a held-out evaluation every few hundred steps) goes between `pause(what)` and `resume()`:
+    it is announced, and its time is kept out of the loop's rate and time left."""
+
     def start(self, description: str, total: int | None, unit: str) -> None: ...
     def advance(self, n: int = 1) -> None: ...
+    def pause(self, what: str) -> None: ...
+    def resume(self) -> None: ...
     def finish(self) -> None: ...
 
 
@@ -21,6 +27,12 @@ class NoProgress:
         pass
 
     def advance(self, n: int = 1) -> None:
+        pass
+
+    def pause(self, what: str) -> None:
+        pass
+
+    def resume(self) -> None:
         pass
 
     def finish(self) -> None:
@@ -58,7 +70,11 @@ class Rate:
     A loop that resumes from a checkpoint advances by the restored units before its first new one
     (`progress.advance(start)`), so the first advance opens the window and is not timed: 275
     restored steps do not read as 275 steps done in no time. Until a second advance, the rate is
-    the count over the time since the start (a fresh loop's first step is timed from there)."""
+    the count over the time since the start (a fresh loop's first step is timed from there).
+
+    Time between `pause()` and `resume()` (an evaluation inside a training loop) is not the loop's:
+    every mark moves forward by it, so the rate after a 7-minute evaluation is the steps' own,
+    where the window once read one step in 7 minutes and hours left."""
 
     WINDOW_S = 300.0
 
@@ -66,6 +82,20 @@ class Rate:
         self.unit, self.total, self.done = unit, total, 0
         self.t0 = self.last = time.monotonic()  # start, latest advance
         self.marks: deque[tuple[float, int]] = deque()  # (time, count); the first opens the window
+        self.paused_at: float | None = None
+
+    def pause(self) -> None:
+        if self.paused_at is None:
+            self.paused_at = time.monotonic()
+
+    def resume(self) -> float:
+        """Leave the pause out of the rate; returns its seconds."""
+        if self.paused_at is None:
+            return 0.0
+        gap, self.paused_at = time.monotonic() - self.paused_at, None
+        self.t0, self.last = self.t0 + gap, self.last + gap
+        self.marks = deque((t + gap, count) for t, count in self.marks)
+        return gap
 
     def advance(self, n: int) -> None:
         now = self.last = time.monotonic()
@@ -89,7 +119,7 @@ class LogProgress:
                  every: float = 10.0) -> None:
         self.logger = logger
         self.every = every
-        self.description = ""
+        self.description = self.pausing = ""
         self.rate = Rate("", None)
         self.last = time.monotonic()
 
@@ -108,6 +138,16 @@ class LogProgress:
         if now - self.last >= self.every:
             self.last = now
             self._log()
+
+    def pause(self, what: str) -> None:
+        self.pausing = what
+        self.rate.pause()
+        self.logger.info("%s: %s", self.description, what)
+
+    def resume(self) -> None:
+        gap = self.rate.resume()
+        self.logger.info("%s: %s took %s (left out of the rate)", self.description, self.pausing, _duration(gap))
+        self.last = time.monotonic()
 
     def finish(self) -> None:
         self._log()

@@ -20,5 +20,11 @@ class KillAfter:
         if self.seen >= self.n:
             raise Killed
 
+    def pause(self, what: str) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
     def finish(self) -> None:
         pass

@@ -39,6 +39,14 @@ class RichProgress:
         self._rate.advance(n)
         self._bar.update(self._task, advance=n, rate=self._rate.text())
 
+    def pause(self, what: str) -> None:
+        self._rate.pause()
+        self._bar.update(self._task, rate=what + " ...")
+
+    def resume(self) -> None:
+        self._rate.resume()
+        self._bar.update(self._task, rate=self._rate.text())
+
     def finish(self) -> None:
         task = self._bar.tasks[0]
         if task.total is None:

@@ -240,7 +240,9 @@ def train_reader(models: QAModels, retriever: Retriever, questions: list[QAQuest
         done = step + 1
         # eval: dev exact match, the best weights kept
         if dev and budget.eval_every and (done % budget.eval_every == 0 or done == budget.steps):
+            progress.pause(f"dev exact match at step {done} ({len(dev):,} questions)")
             em = dev_exact_match(models, retriever, dev, blocks, tokenizer, config, place)
+            progress.resume()
             row["dev_em"] = em
             for m in models.modules().values():
                 m.train()

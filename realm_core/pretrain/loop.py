@@ -115,6 +115,8 @@ class Curves:
     steps: list[dict[str, float]] = field(default_factory=list)
     evals: list[dict[str, float]] = field(default_factory=list)
     heldout: list[dict[str, float]] = field(default_factory=list)  # per example, at the last eval
+    seconds: float = 0.0  # the run's time to its latest step, over every resume (a killed part's lost steps aside)
+    resumed_at: list[int] = field(default_factory=list)  # the checkpoint steps it resumed from
 
 
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
@@ -166,7 +168,7 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         null_scores = q @ d[:1].T if null else torch.zeros((b, 1), device=dev)  # (B, 1)
         if config.relevance == "recompute":
             rows = torch.tensor([[row_of.get(int(z), 0) for z in row[1:]] for row in batch.block_ids],
-                                device=dev, dtype=torch.long)  # (B, K-1); empty slots are masked
+                                device=dev, dtype=torch.long)  # (B, K-1); an empty slot (z < 0) reads row 0, masked
             retrieved = torch.einsum("bd,bkd->bk", q, d[rows]) if len(d) else torch.zeros_like(rows, dtype=q.dtype)
         else:
             stale = torch.from_numpy(index.index.reconstruct(candidates)).to(dev)  # (B, K-1, D)
@@ -301,8 +303,11 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
         restore_checkpoint(ckpt, models.modules(), optimizer)
         start, index_step = ckpt.step, int(ckpt.state["index_step"])
-        curves = Curves(ckpt.state["curves"]["steps"], ckpt.state["curves"]["evals"],
-                        ckpt.state["curves"].get("heldout", []))
+        saved = ckpt.state["curves"]
+        # a checkpoint written before runs kept their time: the sum of its steps' own times
+        seconds = saved.get("seconds", sum(1.0 / r["steps_per_s"] for r in saved["steps"] if r.get("steps_per_s")))
+        curves = Curves(saved["steps"], saved["evals"], saved.get("heldout", []), float(seconds),
+                        [*saved.get("resumed_at", []), start])
     index = index_at(index_step) if index_at is not None else None
     # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
     retrieving = index_at is not None and config.retrieval == "realm"
@@ -319,6 +324,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     progress.start("REALM pretraining", config.steps, "steps")
     progress.advance(start)
     t_last = time.perf_counter()
+    began = t_last - curves.seconds
     unfrozen_at = first_trained_step(curves.steps, config.retriever_frozen_steps)
     for step in range(start, config.steps):
         # the cold start (Atlas: --freeze_retriever_steps): the reader learns to read retrieved
@@ -400,14 +406,21 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         # eval
         if done % config.eval_every == 0 or done == config.steps:
             last = curves.heldout if done == config.steps else None
+            progress.pause(f"held-out evaluation at step {done} "
+                           f"({min(config.eval_examples, len(data.heldout)):,} masked spans)")
+            t_eval = time.perf_counter()
             curves.evals.append({"step": float(done),
                                  **evaluate(shared, data, index, config, config.eval_examples, place, last)})
+            t_last += time.perf_counter() - t_eval  # the next step's steps_per_s is its own
+            progress.resume()
+        curves.seconds = time.perf_counter() - began
         # checkpoint (rank 0 writes; every rank resumes from the shared root)
         if done % config.checkpoint_every == 0 or done == config.steps:
             if place.is_main:
                 save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
                                 {"curves": {"steps": curves.steps, "evals": curves.evals,
-                                            "heldout": curves.heldout},
+                                            "heldout": curves.heldout, "seconds": curves.seconds,
+                                            "resumed_at": curves.resumed_at},
                                  "index_step": index_step, "base_step": base_step})
             place.barrier()
     progress.finish()

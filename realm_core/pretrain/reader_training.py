@@ -85,10 +85,12 @@ def train_reader_steps(reader: Any, config: ReaderSchedule, step_loss: StepLoss,
         progress.advance(1)
         done = step + 1
         if evaluate is not None and (done % eval_every == 0 or done == config.steps):
+            progress.pause(f"evaluation at step {done}")
             reader.eval()
             with torch.no_grad():
                 curve[-1].update(evaluate(reader))
             reader.train()
+            progress.resume()
         if done % config.checkpoint_every == 0 or done == config.steps:
             save_checkpoint(checkpoint_root, done, {"reader": reader}, optimizer, {"curve": curve})
     progress.finish()

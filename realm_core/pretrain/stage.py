@@ -227,7 +227,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     finally:
         if refresher is not None:
             refresher.close()
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0  # this process's part: what the refresher's blocked time is a share of
     if not placement.is_main:
         return rank_zero_artifact(placement, cache)
     final_eval = curves.evals[-1]
@@ -257,7 +257,9 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "utility_below_zero_steps": list(collapse) if collapse else None,
         # the first step (1-based) whose update reached the encoders; None: they never trained
         "retriever_trained_from_step": unfrozen + 1 if unfrozen is not None else None,
-        "wall_seconds": round(wall, 1),
+        # the whole run's training time, resumes included; the steps a resume repeated are not in it
+        "wall_seconds": round(curves.seconds, 1),
+        "resumed_at_steps": curves.resumed_at,
         "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
         "refreshes_skipped": refresher.skipped if refresher else 0,
         "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision,

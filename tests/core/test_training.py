@@ -173,6 +173,43 @@ def test_periodic_evaluation_stays_in_the_window(monkeypatch: pytest.MonkeyPatch
     assert per_step and all(3.5 * 0.9 <= s <= 3.5 * 1.1 for s in per_step), (min(per_step), max(per_step))
 
 
+def test_an_evaluation_between_pause_and_resume_is_left_out_of_the_rate(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """1,000 REALM steps of 8 s with a 7-minute held-out evaluation after step 500. Inside the
+    window the evaluation once read "one per 413 s, about 3436 min left"; paused, the step after
+    it reads the steps' own pace, and the log says what the loop is doing meanwhile."""
+    import logging
+
+    from realm_core import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    log = progress.LogProgress(logging.getLogger("realm.test"), every=0.0)
+    log.start("REALM pretraining", 1000, "steps")
+    for _ in range(500):
+        clock[0] += 8.0
+        log.advance(1)
+    with caplog.at_level(logging.INFO, logger="realm.test"):
+        log.pause("held-out evaluation at step 500 (1,500 masked spans)")
+        clock[0] += 420.0
+        log.resume()
+        clock[0] += 8.0
+        log.advance(1)
+    assert log.rate.text() == "one per 8.0 s, about 67 min left"
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["REALM pretraining: held-out evaluation at step 500 (1,500 masked spans)",
+                     "REALM pretraining: held-out evaluation at step 500 (1,500 masked spans) took 7 min "
+                     "(left out of the rate)",
+                     "REALM pretraining: 501/1000 steps (one per 8.0 s, about 67 min left)"]
+    unpaused = progress.Rate("steps", 1000)  # the same run without the pause: the window holds the evaluation
+    for _ in range(500):
+        clock[0] += 8.0
+        unpaused.advance(1)
+    clock[0] += 428.0
+    unpaused.advance(1)
+    assert unpaused.text() == "one per 428.0 s, about 3560 min left"
+
+
 def test_a_fast_loop_keeps_a_bounded_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """100 blocks a second in 10,000 advances over 100 s: the window keeps at most one mark per
     3 s (100 a window), and its rate is exact."""

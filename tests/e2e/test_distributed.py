@@ -71,12 +71,15 @@ def test_a_killed_single_process_run_resumes_on_two_ranks_along_its_loss_curve(t
     stats_a = json.loads((a / "manifest.json").read_text())["stats"]
     stats_b = json.loads((b / "manifest.json").read_text())["stats"]
     assert (stats_a["world_size"], stats_b["world_size"]) == (1, 2)
+    # the resumed run says where it resumed, and its wall time counts the steps it kept from the killed part
+    assert (stats_a["resumed_at_steps"], stats_b["resumed_at_steps"]) == ([], [2])
     # the reader warm-up is the one-process run's, copied with the upstream, not trained again
     assert {k: v for k, v in stats_b["reader_mlm"].items() if k != "artifact"} == \
         {k: v for k, v in stats_a["reader_mlm"].items() if k != "artifact"}
     curve_a = pq.read_table(a / "pretrain_metrics").to_pylist()
     curve_b = pq.read_table(b / "pretrain_metrics").to_pylist()  # steps 1-2 travelled in the checkpoint
     assert [r["step"] for r in curve_a] == [r["step"] for r in curve_b] == [1.0, 2.0, 3.0, 4.0]
+    assert stats_b["wall_seconds"] >= round(sum(1.0 / r["steps_per_s"] for r in curve_b), 1)
     for ra, rb in zip(curve_a, curve_b, strict=True):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4)
         assert rb["p_null"] == pytest.approx(ra["p_null"], abs=1e-4)
