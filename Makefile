@@ -101,21 +101,24 @@ realm-mechanism: $(STAMP)
 # curve in bench/results/realm_reading_copy_curve.json), both pretraining runs from it, the 2x2,
 # and the span-holding block's rank under REALM's encoders against ICT's. Hours on 2 cores; run it
 # again after a stop and each run resumes from its newest checkpoint. GAIN_SET adds settings to
-# the pretraining runs and the 2x2 (a GPU's budget: GAIN_SET="--set pretrain.steps=4000").
+# the pretraining runs and the 2x2 (a GPU's budget: GAIN_SET="--set pretrain.steps=4000"), and
+# GAIN_TAG to the names of its three results files, so that a variant keeps the pair beside it
+# (GAIN_SET="--set pretrain.copy_weight=1" GAIN_TAG=_copy_objective writes pretrain_copy_objective.json).
 GAIN_COPY_ARGS ?= --copy-steps 1200 --copy-batch 16 --copy-eval-every 200
 GAIN_SET ?=
+GAIN_TAG ?=
 GAIN = --config experiments/configs/realm_gain.yaml $(PRECISION_SET)
 realm-gain: $(STAMP)
 	$(BIN)/python experiments/realm_reading.py $(GAIN) $(GAIN_COPY_ARGS) --eval-examples 0 --name realm_reading_copy_curve
 	@reader="$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading_copy_curve.json"))["copy_training"]["reader"])')"; \
 	set -ex; \
 	start="--set pretrain.reader_mlm.steps=0 --set pretrain.reader_encoder=$$reader $(GAIN_SET)"; \
-	$(BIN)/python experiments/pretrain.py $(GAIN) $$start; \
+	$(BIN)/python experiments/pretrain.py $(GAIN) $$start --name pretrain$(GAIN_TAG); \
 	$(BIN)/realm evaluate --preset demo $(GAIN) $$start \
 		--set finetune.reader_start=reader_mlm --set 'openqa_eval.datasets=[squad-open]' \
 		--system ict --system realm --system ict_realm_reader --system realm_baseline_reader \
-		--system ict_null_reader --json bench/results/openqa_gain.json; \
-	$(BIN)/python experiments/realm_reading.py $(GAIN) $$start --eval-examples 0 --name realm_reading_gain
+		--system ict_null_reader --json bench/results/openqa_gain$(GAIN_TAG).json; \
+	$(BIN)/python experiments/realm_reading.py $(GAIN) $$start --eval-examples 0 --name realm_reading_gain$(GAIN_TAG)
 	$(BIN)/python bench/readme_tables.py
 
 # Does the pretraining reader copy a span from a block that holds it, and can it be taught to?
