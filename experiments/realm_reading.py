@@ -258,7 +258,7 @@ def main() -> None:
 
     copy: dict[str, Any] | None = None
     copy_reader = None
-    copy_readings: list[Any] = []  # the copy reader's latest held-out reading as it trained
+    copy_reading: Any = None  # the copy reader's latest held-out reading as it trained
     if args.copy_steps > 0:
         # training examples with an allowed holder, in a seeded order; as many as the steps draw from
         order = np.random.default_rng(p.seed).permutation(len(train))
@@ -273,8 +273,8 @@ def main() -> None:
         def heldout_reading(reader: Any) -> dict[str, float]:
             """The copy reader as it trains, read as the trained one is below (the reading at the
             last step is kept: it is the trained reader's)."""
-            read = read_oracle_and_null(reader)
-            copy_readings[:] = [read]
+            nonlocal copy_reading
+            read = copy_reading = read_oracle_and_null(reader)
             log.info("copy reader: held-out oracle block %.3f, null block %.3f",
                      read.block_correct.mean(), read.null_correct.mean())
             return {"heldout_oracle_accuracy": float(read.block_correct.mean()),
@@ -301,10 +301,10 @@ def main() -> None:
     for name, source in [*readers.items(), *([("copy-trained reader", None)] if copy_reader is not None else [])]:
         reader = copy_reader if source is None else KnowledgeAugmentedEncoder.from_pretrained(source)
         models[name] = reader
-        if source is None and copy_readings:
+        if source is None and copy_reading is not None:
             # training that ran to its end here read the held-out examples at its last step (a
             # reader found trained in the cache was not read): the trained reader's own reading
-            reading = copy_readings[-1]
+            reading = copy_reading
         else:
             bar = LogProgress(log, every=60)
             bar.start(f"{name}: each recoverable example read with the null and the oracle block", len(scored),
