@@ -329,15 +329,22 @@ def _training_windows(curves: dict[str, Any], windows: int = 10) -> list[str]:
         return []
     last = int(max(r["step"] for r in realm))
     size = max(1, last // windows)
+    copying = "copy_accuracy" in realm[0]
     lines = ["", f"Training curves, {size}-step means over the training batches:", "",
              "| steps | REALM span accuracy (%) | null only (%) | REALM retrieval utility | "
-             "span in a retrieved block (%) |", "|---|---:|---:|---:|---:|"]
+             "span in a retrieved block (%) |" + (" REALM's reader on z* alone (%) |" if copying else ""),
+             "|---|---:|---:|---:|---:|" + ("---:|" if copying else "")]
     for lo in range(1, last + 1, size):
         hi = min(lo + size - 1, last)
         lines.append(f"| {lo}-{hi} | {100 * _window_mean(realm, 'span_accuracy', lo, hi):.1f} | "
                      f"{100 * _window_mean(null, 'span_accuracy', lo, hi):.1f} | "
                      f"{_window_mean(realm, 'retrieval_utility', lo, hi):+.3f} | "
-                     f"{100 * _window_mean(realm, 'answer_retrieved', lo, hi):.1f} |")
+                     f"{100 * _window_mean(realm, 'answer_retrieved', lo, hi):.1f} |"
+                     + (f" {100 * _window_mean(realm, 'copy_accuracy', lo, hi):.1f} |" if copying else ""))
+    if copying:
+        lines += ["", "z*: for each training example whose span an allowed block holds (about "
+                  f"{100 * _window_mean(realm, 'copy_coverage', 1, last):.0f}% of them), the holder the "
+                  "current retriever scores highest, read alone by the reader for the copy objective."]
     return lines
 
 

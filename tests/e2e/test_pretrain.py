@@ -166,6 +166,17 @@ def test_a_copy_weight_trains_the_reader_on_its_best_holder_beside_realms_loss(t
     assert all(r["copy_loss"] > 0 for r in copy if r["copy_coverage"] > 0)
     assert copied[0]["loss"] == pytest.approx(plain[0]["loss"], abs=1e-6)  # the same first forward
     assert [r["loss"] for r in copied[1:]] != [r["loss"] for r in plain[1:]]  # then a reader trained otherwise
+    # experiments/pretrain.py's curves carry the copy term's columns where the run had it
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
+    import pretrain as pretrain_experiment
+
+    with_copy = pretrain_experiment.curves({"steps": pretrain_experiment.steps_of(copied_run), "eval": []})["steps"]
+    assert [(r["step"], r["copy_accuracy"], r["copy_coverage"]) for r in with_copy] == \
+        [(r["step"], r["copy_accuracy"], r["copy_coverage"]) for r in copy]
+    without = pretrain_experiment.curves({"steps": pretrain_experiment.steps_of(plain_run), "eval": []})["steps"]
+    assert [r["loss"] for r in without] == [r["loss"] for r in plain] and "copy_accuracy" not in without[0]
 
 
 def test_the_unfreeze_gate_keeps_the_encoders_frozen_until_retrieval_helps(tiny_upstream: TinyUpstream,
