@@ -105,13 +105,11 @@ class PretrainConfig(TrainerConfig):
     # The stages hash the encoder's weights and configs (`encoder_hash`), not its path: a moved copy hits the cache.
     LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"reader_encoder", "fresh_encoder"})
 
-    def config_hash(self) -> str:
+    def inert_fields(self) -> frozenset[str]:
         """The copy objective reads retrieved blocks, and a null-only run has none: it is the same
-        run whatever `copy_weight` says, and keyed as at 0, so a pair run with the term on
+        run whatever `copy_weight` says, keyed as at 0, so a pair run with the term on
         (`make realm-gain GAIN_SET="--set pretrain.copy_weight=1"`) shares its null-only row."""
-        if self.retrieval == "null_only" and self.copy_weight:
-            return self.model_copy(update={"copy_weight": 0.0}).config_hash()
-        return super().config_hash()
+        return frozenset({"copy_weight"}) if self.retrieval == "null_only" else frozenset()
 
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")

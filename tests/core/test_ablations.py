@@ -36,3 +36,9 @@ def test_a_pair_with_the_copy_objective_shares_the_null_only_run_of_one_without(
     assert copying.pretrain.config_hash() != plain.pretrain.config_hash()
     weighted = load_config("demo", TABLE2, ["pretrain.copy_weight=1", "pretrain.null_weight=0.5"])
     assert null_only(weighted).pretrain.config_hash() != null_only(plain).pretrain.config_hash()
+    # the same key where the pretrain config is hashed inside the config that holds it
+    assert null_only(copying).config_hash() == null_only(plain).config_hash()
+    assert copying.config_hash() != plain.config_hash()
+    # and the loop reads the same fact: the term is off in a null-only run
+    assert "copy_weight" in null_only(copying).pretrain.inert_fields()
+    assert not copying.pretrain.inert_fields()
