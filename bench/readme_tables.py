@@ -320,6 +320,18 @@ def _utility_watch(stats: dict[str, Any], cfg: dict[str, Any]) -> str:
             f"was below 0 for steps {stretch[0]:,}-{stretch[1]:,} at the longest.")
 
 
+HOLDER_WEIGHT = "retrieval weight on its holders (%)"
+HOLDER_WEIGHT_NOTE = ("Retrieval weight on its holders: where a retrieved block holds the span, the share of "
+                      "p(z|x) (the null block among the z) on such blocks; a retriever that learns from "
+                      "REALM's gradient raises it.")
+
+
+def _holder_weight(p_holder: float, found: float) -> str:
+    """A table cell: the mean p(z|x) on span-holding blocks over the share of examples with one
+    retrieved (`p_holder` is 0 where none is), in percent; "-" where none was."""
+    return f"{100 * p_holder / found:.1f}" if found else "-"
+
+
 def _training_windows(curves: dict[str, Any], windows: int = 10) -> list[str]:
     """Both runs' training curves in `windows` equal stretches of steps: span accuracy on the
     training batches, and for REALM retrieval utility and the share of examples whose span a
@@ -330,17 +342,23 @@ def _training_windows(curves: dict[str, Any], windows: int = 10) -> list[str]:
     last = int(max(r["step"] for r in realm))
     size = max(1, last // windows)
     copying = "copy_accuracy" in realm[0]
+    weighing = realm[0].get("p_holder") is not None
     lines = ["", f"Training curves, {size}-step means over the training batches:", "",
              "| steps | REALM span accuracy (%) | null only (%) | REALM retrieval utility | "
-             "span in a retrieved block (%) |" + (" REALM's reader on z* alone (%) |" if copying else ""),
-             "|---|---:|---:|---:|---:|" + ("---:|" if copying else "")]
+             "span in a retrieved block (%) |" + (f" {HOLDER_WEIGHT} |" if weighing else "")
+             + (" REALM's reader on z* alone (%) |" if copying else ""),
+             "|---|---:|---:|---:|---:|" + ("---:|" if weighing else "") + ("---:|" if copying else "")]
     for lo in range(1, last + 1, size):
         hi = min(lo + size - 1, last)
+        found = _window_mean(realm, 'answer_retrieved', lo, hi)
         lines.append(f"| {lo}-{hi} | {100 * _window_mean(realm, 'span_accuracy', lo, hi):.1f} | "
                      f"{100 * _window_mean(null, 'span_accuracy', lo, hi):.1f} | "
                      f"{_window_mean(realm, 'retrieval_utility', lo, hi):+.3f} | "
-                     f"{100 * _window_mean(realm, 'answer_retrieved', lo, hi):.1f} |"
+                     f"{100 * found:.1f} |"
+                     + (f" {_holder_weight(_window_mean(realm, 'p_holder', lo, hi), found)} |" if weighing else "")
                      + (f" {100 * _window_mean(realm, 'copy_accuracy', lo, hi):.1f} |" if copying else ""))
+    if weighing:
+        lines += ["", HOLDER_WEIGHT_NOTE]
     if copying:
         lines += ["", "z*: for each training example whose span an allowed block holds (about "
                   f"{100 * _window_mean(realm, 'copy_coverage', 1, last):.0f}% of them), the holder the "
@@ -875,20 +893,26 @@ def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> l
 def _run_curve_table(name: str, curve: Result) -> list[str]:
     """A pretraining run's learning curve (experiments/realm_reading.py `run_curve`): its training
     steps averaged per window, then its held-out evaluations."""
+    weighing = all("p_holder" in r for r in [*curve["training"], *curve["heldout"]])
+
     def row(what: str, encoders: str, r: Result) -> str:
+        weight = f" {_holder_weight(r['p_holder'], r['answer_retrieved'])} |" if weighing else ""
         return (f"| {what} | {encoders} | {100 * r['span_accuracy']:.1f} | {r['retrieval_utility']:+.3f} | "
-                f"{r['p_null']:.3f} | {100 * r['answer_retrieved']:.1f} |")
+                f"{r['p_null']:.3f} | {100 * r['answer_retrieved']:.1f} |" + weight)
 
     def trained(share: float) -> str:
         return "frozen" if share == 0 else "trained" if share == 1 else f"trained {100 * share:.0f}% of steps"
 
     then = ", then its held-out evaluations" if curve["heldout"] else ""
     lines = [f"{name}'s curve: training steps averaged over {curve['window']}-step windows{then}:", "",
-             "| steps | encoders | span accuracy (%) | retrieval utility | p(null) | span in a retrieved block (%) |",
-             "|---|---|---:|---:|---:|---:|"]
+             "| steps | encoders | span accuracy (%) | retrieval utility | p(null) | span in a retrieved block (%) |"
+             + (f" {HOLDER_WEIGHT} |" if weighing else ""),
+             "|---|---|---:|---:|---:|---:|" + ("---:|" if weighing else "")]
     lines += [row(f"{w['first_step']}-{w['last_step']}, training", trained(w["retriever_trained"]), w)
               for w in curve["training"]]
     lines += [row(f"held out at step {e['step']} ({e['examples']:,} examples)", "", e) for e in curve["heldout"]]
+    if weighing:
+        lines += ["", HOLDER_WEIGHT_NOTE]
     return lines
 
 

@@ -161,11 +161,11 @@ def curves(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """A run's learning curves: each logged step's loss, retrieval utility, p(null) and share of
     examples whose span a retrieved block held (and the copy term's, where the run had it), and
     the same on the held-out test at each evaluation beside its span accuracy."""
-    keep = ("step", "loss", "span_accuracy", "retrieval_utility", "p_null", "answer_retrieved")
+    keep = ("step", "loss", "span_accuracy", "retrieval_utility", "p_null", "answer_retrieved", "p_holder")
     return {"steps": [{**{k: r.get(k) for k in keep}, **{k: r[k] for k in COPY_KEYS if k in r}} for r in run["steps"]],
             "evals": [{"step": r["step"], "heldout_accuracy": r["span_accuracy"],
                        "p_null": r.get("p_null"), "retrieval_utility": r.get("retrieval_utility"),
-                       "answer_retrieved": r.get("answer_retrieved")}
+                       "answer_retrieved": r.get("answer_retrieved"), "p_holder": r.get("p_holder")}
                       for r in run["eval"]]}
 
 

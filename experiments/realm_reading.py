@@ -75,6 +75,7 @@ def paired(a: np.ndarray, b: np.ndarray, articles: list[str]) -> dict[str, Any]:
 
 
 CURVE_KEYS = ("span_accuracy", "retrieval_utility", "p_null", "answer_retrieved")
+LATER_KEYS = ("p_holder",)
 
 
 def run_curve(run: Any, window: int) -> dict[str, Any]:
@@ -89,13 +90,15 @@ def run_curve(run: Any, window: int) -> dict[str, Any]:
 def curve_windows(steps: list[dict[str, Any]], evals: list[dict[str, Any]], window: int) -> dict[str, Any]:
     """A run's per-step rows averaged over windows of `window` steps, and its held-out
     evaluations, as `run_curve` gives them (the rows of a finished artifact or of a checkpoint)."""
+    # p_holder where the run logged it (runs from before it was logged have none)
+    keys = CURVE_KEYS + tuple(k for k in LATER_KEYS if all(k in r for r in [*steps, *evals]))
     windows = []
     for first in range(0, len(steps), window):
         part = steps[first:first + window]
         windows.append({"first_step": int(part[0]["step"]), "last_step": int(part[-1]["step"]),
                         "retriever_trained": float(np.mean([r["retriever_trained"] for r in part])),
-                        **{k: float(np.mean([r[k] for r in part])) for k in CURVE_KEYS}})
-    evaluations = [{"step": int(r["step"]), "examples": int(r["examples"]), **{k: float(r[k]) for k in CURVE_KEYS}}
+                        **{k: float(np.mean([r[k] for r in part])) for k in keys}})
+    evaluations = [{"step": int(r["step"]), "examples": int(r["examples"]), **{k: float(r[k]) for k in keys}}
                    for r in evals]
     return {"window": window, "training": windows, "heldout": evaluations}
 

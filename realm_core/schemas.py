@@ -86,7 +86,7 @@ QUESTIONS = TableSchema("questions", 2, pa.schema([
     ("context", pa.string()),      # SQuAD: the gold paragraph (the reader's ceiling); else null
 ]))
 
-PRETRAIN_METRICS = TableSchema("pretrain_metrics", 3, pa.schema([
+PRETRAIN_METRICS = TableSchema("pretrain_metrics", 4, pa.schema([
     ("step", pa.int64()),
     ("loss", pa.float64()),              # -log p(y|x), mean over the batch
     ("span_accuracy", pa.float64()),     # masked spans predicted exactly (marginal argmax)
@@ -94,6 +94,7 @@ PRETRAIN_METRICS = TableSchema("pretrain_metrics", 3, pa.schema([
     ("p_null", pa.float64()),            # mean p(z = null | x)
     ("retrieval_utility", pa.float64()), # REALM §4.5: log p(y|x,z_best) - log p(y|x,null)
     ("answer_retrieved", pa.float64()),  # share of examples whose span a retrieved block holds
+    ("p_holder", pa.float64()),          # mean p(z|x) on retrieved blocks that hold the span
     ("learning_rate", pa.float64()),
     ("index_step", pa.int64()),          # retriever step of the index in use
     ("staleness", pa.int64()),           # retriever steps since that index was built
@@ -102,13 +103,14 @@ PRETRAIN_METRICS = TableSchema("pretrain_metrics", 3, pa.schema([
     ("retriever_trained", pa.float64()), # 1: the step's update reached the encoders
 ]))
 
-PRETRAIN_EVAL = TableSchema("pretrain_eval", 2, pa.schema([
+PRETRAIN_EVAL = TableSchema("pretrain_eval", 3, pa.schema([
     ("step", pa.int64()),
     ("span_accuracy", pa.float64()),
     ("log_likelihood", pa.float64()),
     ("p_null", pa.float64()),
     ("retrieval_utility", pa.float64()),
     ("answer_retrieved", pa.float64()),  # share of held-out examples whose span a retrieved block holds
+    ("p_holder", pa.float64()),          # mean p(z|x) on retrieved blocks that hold the span
     ("examples", pa.int64()),
 ]))
 

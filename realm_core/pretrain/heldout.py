@@ -121,23 +121,30 @@ def recoverable(example: MaskedExample, locator: SpanLocator, blocks: BlockTexts
     return any(allowed(z, example, blocks, exclusion) for z in holders)
 
 
-def answer_retrieved(examples: Sequence[MaskedExample], input_ids: np.ndarray, block_mask: np.ndarray,
-                     continuation: set[int]) -> np.ndarray:
-    """(B,) True where one of the example's retrieved blocks, as the reader reads it (the part of
-    its row after the masked query), holds every masked run as whole words: the span could be
-    copied. Slot 0 (the null block) and empty slots never count. Read beside span accuracy it
-    tells a retriever that does not bring the answer from a reader that does not copy it.
+def span_holders(examples: Sequence[MaskedExample], input_ids: np.ndarray, block_mask: np.ndarray,
+                 continuation: set[int]) -> np.ndarray:
+    """(B, K) True at each retrieved block that, as the reader reads it (the part of its row after
+    the masked query), holds every masked run of the example as whole words: a block the span could
+    be copied from. Slot 0 (the null block) and empty slots never hold.
 
     input_ids: (B, K, T) reader rows; block_mask: (B, K)."""
-    out = np.zeros(len(examples), dtype=bool)
+    out = np.zeros(block_mask.shape, dtype=bool)
     for b, ex in enumerate(examples):
-        rows = [input_ids[b, k, len(ex.input_ids):].tolist()
-                for k in range(1, input_ids.shape[1]) if block_mask[b, k]]
+        slots = [k for k in range(1, input_ids.shape[1]) if block_mask[b, k]]
         runs = masked_runs(ex)
-        if rows and runs:
-            locator = SpanLocator(rows, continuation)
-            out[b] = bool(set.intersection(*(locator.blocks_with(run) for run in runs)))
+        if slots and runs:
+            locator = SpanLocator([input_ids[b, k, len(ex.input_ids):].tolist() for k in slots], continuation)
+            for row in set.intersection(*(locator.blocks_with(run) for run in runs)):
+                out[b, slots[row]] = True
     return out
+
+
+def answer_retrieved(examples: Sequence[MaskedExample], input_ids: np.ndarray, block_mask: np.ndarray,
+                     continuation: set[int]) -> np.ndarray:
+    """(B,) True where one of the example's retrieved blocks holds its span (`span_holders`). Read
+    beside span accuracy it tells a retriever that does not bring the answer from a reader that
+    does not copy it."""
+    return np.asarray(span_holders(examples, input_ids, block_mask, continuation).any(axis=1))
 
 
 def article_bootstrap(a: Sequence[float], b: Sequence[float], articles: Sequence[str], resamples: int = 10_000,

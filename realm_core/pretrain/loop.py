@@ -51,8 +51,8 @@ from realm_core.pretrain.batches import (
 )
 from realm_core.pretrain.heldout import (
     SpanLocator,
-    answer_retrieved,
     continuation_ids,
+    span_holders,
     title_body_wordpieces,
 )
 from realm_core.pretrain.reader import (
@@ -212,22 +212,26 @@ def span_correct(out: MarginalOutput, batch: ReaderBatch) -> torch.Tensor:
     return correct
 
 
-def answer_in_batch(examples: list[MaskedExample], batch: ReaderBatch, data: PretrainData) -> np.ndarray:
-    """(B,) whether a retrieved block of each example holds its masked span (`answer_retrieved`)."""
-    return answer_retrieved(examples, batch.input_ids.cpu().numpy(), batch.block_mask.cpu().numpy(),
-                            data.continuation)
+def holders_in_batch(examples: list[MaskedExample], batch: ReaderBatch, data: PretrainData) -> np.ndarray:
+    """(B, K) the retrieved blocks of each example that hold its masked span (`span_holders`)."""
+    return span_holders(examples, batch.input_ids.cpu().numpy(), batch.block_mask.cpu().numpy(), data.continuation)
 
 
 def batch_metrics(out: MarginalOutput, batch: ReaderBatch, scores: torch.Tensor,
-                  answer: np.ndarray | None = None) -> dict[str, float]:
+                  holders: np.ndarray | None = None) -> dict[str, float]:
     """Span accuracy of the marginal prediction, mean p(null|x), retrieval utility (REALM §4.5:
     log p(y|x,z_best) - log p(y|x,null), z_best the highest-scoring retrieved block), and, given
-    `answer` (B,), the share of examples whose span a retrieved block holds."""
+    `holders` (B, K), the share of examples whose span a retrieved block holds and the mean
+    p(z|x) on such blocks (0 where none is retrieved: over `answer_retrieved` it is the holders'
+    share of p(z|x) where one is, which a learning retriever raises)."""
     with torch.no_grad():
         correct = span_correct(out, batch)  # (B,)
+        held = torch.as_tensor(holders if holders is not None else np.zeros(batch.block_mask.shape, dtype=bool),
+                               device=out.log_p_z.device)  # (B, K)
         metrics = {"span_accuracy": float(correct.mean()), "log_likelihood": float(out.log_p_y.mean()),
                    "p_null": float(out.log_p_z[:, 0].exp().mean()),
-                   "answer_retrieved": float(answer.mean()) if answer is not None else 0.0}
+                   "answer_retrieved": float(held.any(-1).float().mean()),
+                   "p_holder": float((out.log_p_z.float().exp() * held).sum(-1).mean())}
         if scores.size(1) > 1 and bool(batch.block_mask[:, 1:].any()):
             retrieved = scores[:, 1:].masked_fill(~batch.block_mask[:, 1:], float("-inf"))  # (B, K-1)
             best = retrieved.argmax(-1) + 1  # (B,)
@@ -239,7 +243,7 @@ def batch_metrics(out: MarginalOutput, batch: ReaderBatch, scores: torch.Tensor,
     return metrics
 
 
-EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
+EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved", "p_holder")
 
 
 def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
@@ -262,8 +266,9 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
         for start in range(0, len(mine), config.batch_size):
             chunk = mine[start:start + config.batch_size]
             out, batch, scores, _ = realm_forward(models, chunk, index, data, config, place)
-            answer = answer_in_batch(chunk, batch, data)  # (b,)
-            for k, v in batch_metrics(out, batch, scores, answer).items():
+            holders = holders_in_batch(chunk, batch, data)  # (b, K)
+            answer = holders.any(axis=1)  # (b,)
+            for k, v in batch_metrics(out, batch, scores, holders).items():
                 totals[k] += v * len(chunk)
             rows = [place.rank + (start + i) * place.world_size for i in range(len(chunk))]  # shard = held[rank::world]
             correct[rows] = span_correct(out, batch).cpu().numpy()
@@ -376,7 +381,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
                         copied[k] += v
                 (loss * weight).backward()  # type: ignore[no-untyped-call]
             loss_sum += out.loss.item() * len(chunk)
-            for k, v in batch_metrics(out, batch, scores, answer_in_batch(chunk, batch, data)).items():
+            for k, v in batch_metrics(out, batch, scores, holders_in_batch(chunk, batch, data)).items():
                 totals[k] += v * len(chunk)
         # clip, step
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],

@@ -62,9 +62,10 @@ PRETRAIN_COPY_METRICS = SCHEMAS.setdefault("pretrain_copy_metrics", TableSchema(
     ("copy_accuracy", pa.float64()),
 ])))
 COPY_COLUMNS = ("copy_loss", "copy_coverage", "copy_accuracy")
-STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "staleness",
-                "retriever_trained")
-EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved")
+STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "p_holder",
+                "staleness", "retriever_trained")
+EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved",
+                "p_holder")
 
 
 def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: PretrainConfig,
@@ -253,6 +254,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         "heldout_retrieval_utility": round(final_eval["retrieval_utility"], 4),
         "heldout_p_null": round(final_eval["p_null"], 4),
         "heldout_answer_retrieved": round(final_eval["answer_retrieved"], 4),
+        "heldout_p_holder": round(final_eval["p_holder"], 4),
         "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
         "utility_below_zero_steps": list(collapse) if collapse else None,
         # the first step (1-based) whose update reached the encoders; None: they never trained

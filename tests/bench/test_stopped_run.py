@@ -43,3 +43,31 @@ def test_the_newest_checkpoint_is_windowed_and_a_missing_one_exits_2(
     with pytest.raises(SystemExit) as stop:
         _main(monkeypatch, "--checkpoints", str(tmp_path / "none"), "--name", "x", "--commit", "a", "--what", "b")
     assert stop.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_run_that_logged_the_holders_weight_shows_it_as_their_share(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """p_holder (mean p(z|x) on span-holding blocks, 0 where none is retrieved) is windowed where
+    the run logged it and rendered over answer_retrieved: the holders' share where one was."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from readme_tables import _run_curve_table
+
+    model = torch.nn.Linear(2, 2)
+    steps = [{"step": float(s), "retriever_trained": 1.0, "span_accuracy": 0.1, "retrieval_utility": 0.0,
+              "p_null": 0.125, "answer_retrieved": 0.5, "p_holder": 0.1 * s} for s in range(1, 5)]
+    save_checkpoint(tmp_path / "ckpt", 4, {"m": model}, adamw([model], 1e-3, 0.0),
+                    {"curves": {"steps": steps, "evals": [], "heldout": []}})
+    out = _main(monkeypatch, "--checkpoints", str(tmp_path / "ckpt"), "--name", "w", "--commit", "abc",
+                "--what", "a run", "--window", "2")["w"]
+    assert [w["p_holder"] for w in out["curve"]["training"]] == pytest.approx([0.15, 0.35])
+    table = _run_curve_table("a run", out["curve"])
+    assert table[2].endswith("retrieval weight on its holders (%) |")
+    assert table[4].endswith("| 30.0 |") and table[5].endswith("| 70.0 |")  # 0.15 / 0.5, 0.35 / 0.5
+    # a run from before p_holder was logged renders as it did
+    old = [{k: v for k, v in r.items() if k != "p_holder"} for r in steps]
+    save_checkpoint(tmp_path / "old", 4, {"m": model}, adamw([model], 1e-3, 0.0),
+                    {"curves": {"steps": old, "evals": [], "heldout": []}})
+    before = _main(monkeypatch, "--checkpoints", str(tmp_path / "old"), "--name", "o", "--commit", "abc",
+                   "--what", "a run", "--window", "2")["o"]
+    assert "p_holder" not in before["curve"]["training"][0]
+    assert "holders" not in "\n".join(_run_curve_table("a run", before["curve"]))

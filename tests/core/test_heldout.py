@@ -14,6 +14,7 @@ from realm_core.pretrain.heldout import (
     masked_runs,
     recoverable,
     sample_heldout,
+    span_holders,
     split_heldout,
 )
 from realm_core.spans.masking import MaskedExample
@@ -68,6 +69,7 @@ def test_answer_retrieved_looks_only_in_retrieved_blocks_as_the_reader_reads_the
     held = rows(null, [9, 102, 5, 6, 102], [4, 102, 3, 102])
     on = np.array([[True, True, True]])
     assert answer_retrieved([ex], held, on, continuation).tolist() == [True]
+    assert span_holders([ex], held, on, continuation).tolist() == [[False, True, False]]
     off = np.array([[True, False, True]])  # the slot holding the span is empty (excluded)
     assert answer_retrieved([ex], held, off, continuation).tolist() == [False]
     # only the null slot holds it: the null block is never a retrieval
@@ -79,6 +81,7 @@ def test_answer_retrieved_looks_only_in_retrieved_blocks_as_the_reader_reads_the
     both[0, 1, 5:10] = [5, 102, 8, 102, 0]
     both[0, 2, 5:8] = [5, 4, 4]
     assert answer_retrieved([two_runs], both, on, continuation).tolist() == [True]
+    assert span_holders([two_runs], both, on, continuation).tolist() == [[False, True, False]]
     both[0, 1, 7] = 4
     assert answer_retrieved([two_runs], both, on, continuation).tolist() == [False]
 

@@ -171,6 +171,13 @@ def test_a_null_weight_step_holds_p_null_and_trains_both_encoders(setup: Setup) 
     assert bool(batch.block_mask[0, 1:].all())  # two blocks retrieved beside the null block
     assert float(out.log_p_z[0, 0].detach().exp()) == pytest.approx(0.25)
     assert batch_metrics(out, batch, scores)["p_null"] == pytest.approx(0.25)
+    # p(z|x) on the retrieved blocks that hold the span: the retriever's share for the evidence
+    p_z = out.log_p_z[0].detach().exp()
+    one, both = np.array([[False, True, False]]), np.array([[False, True, True]])
+    assert batch_metrics(out, batch, scores, one)["p_holder"] == pytest.approx(float(p_z[1]), abs=1e-6)
+    assert batch_metrics(out, batch, scores, both)["p_holder"] == pytest.approx(0.75, abs=1e-6)
+    assert batch_metrics(out, batch, scores, both)["answer_retrieved"] == 1.0
+    assert batch_metrics(out, batch, scores)["p_holder"] == batch_metrics(out, batch, scores)["answer_retrieved"] == 0.0
     # the null block's score is fixed, not embedded; the retrieved blocks score as without the weight
     handle = IndexHandle(setup.index, 0)
     for relevance in ("recompute", "index"):

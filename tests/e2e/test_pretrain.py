@@ -62,6 +62,9 @@ def test_a_run_refreshes_its_index_and_scores_every_held_out_span(tiny_pretraine
     found = [r for r in rows if r["answer_retrieved"]]
     assert all(r["recoverable"] for r in found)
     assert stats["heldout_answer_retrieved"] == pytest.approx(len(found) / len(rows), abs=1e-4)
+    # p(z|x) on blocks that hold the span: none where none is retrieved, at most all of it where one is
+    assert 0.0 <= stats["heldout_p_holder"] <= stats["heldout_answer_retrieved"]
+    assert all(0.0 <= r["p_holder"] <= r["answer_retrieved"] for r in metrics)
     # the reader's masked-LM warm-up ran first (`realm pretrain` resolves it as a stage of its
     # own, so pretraining finds it in the cache), never on held-out articles' blocks
     warm = stats["reader_mlm"]
@@ -77,7 +80,7 @@ def test_null_only_baseline_never_retrieves(tiny_upstream: TinyUpstream, tmp_pat
     metrics = store.open(result.ref).read_table("pretrain_metrics").to_pylist()
     assert {r["p_null"] for r in metrics} == {1.0}
     assert {r["retrieval_utility"] for r in metrics} == {0.0}
-    assert {r["answer_retrieved"] for r in metrics} == {0.0}
+    assert {r["answer_retrieved"] for r in metrics} == {r["p_holder"] for r in metrics} == {0.0}
     assert not any(r["answer_retrieved"] for r in store.open(result.ref).read_table("pretrain_heldout").to_pylist())
     assert not (tmp_path / "c" / "runs").exists() or not list((tmp_path / "c" / "runs").glob("*/index/v*"))
 
