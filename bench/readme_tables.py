@@ -1264,6 +1264,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "realm_gain_retriever_collapse": stopped_run_table,
                                             "realm_gain_copy_objective_collapse": stopped_run_table,
                                             "realm_gain_slow_retriever": stopped_run_table,
+                                            "realm_gain_holder_weight": stopped_run_table,
                                             "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 
