@@ -109,6 +109,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
         raise SystemExit(f"systems {systems}: expected REALM first, then any of {list(SYSTEMS)[1:]}")
     import torch
 
+    from realm_core.distributed import Placement
     from realm_core.pretrain.mechanism import (
         embed_blocks,
         fact_examples,
@@ -164,12 +165,16 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     scored = [e for e, f in zip(heldout, facts, strict=True) if f]
     gold = gold_blocks(scored, blocks, corpus.partner())
 
+    # the measurements run on the device the runs trained on (a GPU where there is one)
+    device = Placement.from_env(cfg.pretrain.device, cfg.pretrain.precision).device
+
     def recall(ref: Any | None) -> float:
         if ref is None:  # the retriever pretraining starts from, as the stage builds it
             q, d = fresh_encoders(cfg.pretrain, dropout=False)
         else:
             q = RetrieverEncoder.from_pretrained(str(Path(ref.path) / "query_encoder"))
             d = RetrieverEncoder.from_pretrained(str(Path(ref.path) / "doc_encoder"))
+        q, d = q.to(device), d.to(device)
         vectors = embed_blocks(d, blocks, tokenizer, cfg.pretrain.doc_length)
         return gold_block_recall(q, vectors, scored, gold, blocks, tokenizer.pad_token_id,
                                  cfg.pretrain.exclusion)
@@ -186,7 +191,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
                          "final_p_null": run["stats"]["heldout_p_null"],
                          "final_retrieval_utility": run["stats"]["heldout_retrieval_utility"],
                          "wall_seconds": run["stats"]["wall_seconds"]}
-    reader = KnowledgeAugmentedEncoder.from_pretrained(str(Path(runs["REALM"]["ref"].path) / "reader"))
+    reader = KnowledgeAugmentedEncoder.from_pretrained(str(Path(runs["REALM"]["ref"].path) / "reader")).to(device)
     oracle, unretrieved = gold_block_accuracy(reader, scored, gold, blocks, tokenizer, cfg.pretrain.reader_length)
     measured["oracle block"] = {"heldout_accuracy": oracle,
                                 "recall_at_1_start": 1.0, "recall_at_1_end": 1.0}  # given the gold block
@@ -196,7 +201,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     p = cfg.pretrain
     return {
         "question": "does REALM's gradient teach retrieval and reading where the answer is known?",
-        "machine": platform.machine(), "corpus": {**corpus.summary(), "seed": seed, "distractors": distractors,
+        "machine": platform.machine(), "device": device_name(device), "torch": torch.__version__, "corpus": {**corpus.summary(), "seed": seed, "distractors": distractors,
                                                    "blocks": len(blocks), "path": str(path)},
         "systems": measured, "prior_accuracy": prior_accuracy(train, scored),
         "train_examples": len(train), "heldout_examples": len(scored),
@@ -212,6 +217,13 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
                                                            "retrieval_utility")} for r in run["steps"]]}
                    for name, run in runs.items()},
     }
+
+
+def device_name(device: Any) -> str:
+    """What the runs trained on: the accelerator's name, or `cpu`."""
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def main() -> None:

@@ -194,8 +194,9 @@ def main() -> None:
     # the warm-started retriever's pick among the allowed blocks that hold each span
     vectors = load_embeddings(Path(emb.ref.path) / "embeddings", store.open(emb.ref).manifest["embeddings"],
                               len(blocks))  # (N, D) what REALM's first index holds
-    query_encoder = RetrieverEncoder.from_pretrained(query_encoder_dir(warm_ref))
-    doc_encoder = RetrieverEncoder.from_pretrained(doc_encoder_dir(warm_ref))
+    # every model this script reads runs on the run's device (a GPU where there is one), as in training
+    query_encoder = RetrieverEncoder.from_pretrained(query_encoder_dir(warm_ref)).to(placement.device)
+    doc_encoder = RetrieverEncoder.from_pretrained(doc_encoder_dir(warm_ref)).to(placement.device)
     continuation = continuation_ids(tokenizer)
     locator = SpanLocator(title_body_wordpieces(blocks, tokenizer), continuation)
 
@@ -237,7 +238,7 @@ def main() -> None:
         assert run_emb.ref is not None
         run_vectors = load_embeddings(Path(run_emb.ref.path) / "embeddings", store.open(run_emb.ref).manifest["embeddings"],
                                       len(blocks))  # (N, D)
-        run_query = RetrieverEncoder.from_pretrained(str(run_dir / "query_encoder"))
+        run_query = RetrieverEncoder.from_pretrained(str(run_dir / "query_encoder")).to(placement.device)
         run_rank = oracle_for(scored, encoder=run_query, block_vectors=run_vectors).rank  # (E,)
         retrieval[name] = {
             "trained_from_step": from_step, "steps": run["stats"]["steps"],
@@ -290,7 +291,7 @@ def main() -> None:
                                     evaluate=heldout_reading if args.copy_eval_every > 0 else None,
                                     eval_every=args.copy_eval_every)
         checkpoints = Path(saved).parent
-        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(saved, dropout=p.dropout, seed=p.seed)
+        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(saved, dropout=p.dropout, seed=p.seed).to(placement.device)
         copy = {"reader": saved, "steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
                 "training_examples": len(evidence_examples), "pool": len(pool), "checkpoints": str(checkpoints),
                 "eval_every": args.copy_eval_every,
@@ -302,7 +303,7 @@ def main() -> None:
     holds = None
     models: dict[str, Any] = {}
     for name, source in [*readers.items(), *([("copy-trained reader", None)] if copy_reader is not None else [])]:
-        reader = copy_reader if source is None else KnowledgeAugmentedEncoder.from_pretrained(source)
+        reader = copy_reader if source is None else KnowledgeAugmentedEncoder.from_pretrained(source).to(placement.device)
         models[name] = reader
         if source is None and copy_reading is not None:
             # training that ran to its end here read the held-out examples at its last step (a

@@ -216,15 +216,18 @@ def prior_accuracy(train: Sequence[MaskedExample], heldout: Sequence[MaskedExamp
 
 def embed_blocks(doc_encoder: Any, blocks: BlockTexts, tokenizer: Any, doc_length: int,
                  batch_size: int = 64) -> np.ndarray:
-    """(N, D) every block embedded by `doc_encoder`, as the index embeds them."""
+    """(N, D) every block embedded by `doc_encoder`, as the index embeds them, on the device its
+    weights are on."""
     import torch
 
     doc_encoder.eval()
+    device = next((w.device for w in doc_encoder.parameters()), torch.device("cpu"))
     out = []
     with torch.no_grad():
         for start in range(0, len(blocks), batch_size):
             ids = np.arange(start, min(start + batch_size, len(blocks)))
-            out.append(doc_encoder(**doc_encoder_inputs(ids, blocks, tokenizer, doc_length)).float().numpy())
+            inputs = {name: t.to(device) for name, t in doc_encoder_inputs(ids, blocks, tokenizer, doc_length).items()}
+            out.append(doc_encoder(**inputs).float().cpu().numpy())
     return np.concatenate(out)
 
 
@@ -232,18 +235,20 @@ def gold_block_recall(query_encoder: Any, block_vectors: np.ndarray, examples: S
                       gold: np.ndarray, blocks: BlockTexts, pad_id: int, exclusion: str, k: int = 1,
                       batch_size: int = 64) -> float:
     """Fraction of examples whose gold block is among the top `k` by exact inner product, after
-    the trivial retrievals pretraining drops (REALM §3.4)."""
+    the trivial retrievals pretraining drops (REALM §3.4); the queries embedded on the device the
+    encoder's weights are on."""
     import torch
 
     from realm_core.retrieval.embed import pad_sequences
 
     query_encoder.eval()
+    device = next((w.device for w in query_encoder.parameters()), torch.device("cpu"))
     hits = 0
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             chunk = list(examples[start:start + batch_size])
             ids, mask = pad_sequences([e.input_ids for e in chunk], pad_id)
-            q = query_encoder(ids, mask).float().numpy()  # (B, D)
+            q = query_encoder(ids.to(device), mask.to(device)).float().cpu().numpy()  # (B, D)
             ranked = np.argsort(-(q @ block_vectors.T), axis=1)[:, :k + 8]  # (B, k+8)
             top = retrieve_candidates(ranked, chunk, blocks, k, exclusion)  # (B, k)
             hits += int((top == gold[start:start + len(chunk), None]).any(1).sum())

@@ -96,20 +96,24 @@ def read_blocks(reader: Any, examples: Sequence[MaskedExample], chosen: np.ndarr
                 progress: Callable[[int], None] | None = None) -> Reading:
     """The reader's span prediction for each example reading the null block alone and reading its
     `chosen` block alone (chosen: (E,) block ids, every one >= 0); `compute` is the context the
-    forward runs in (bf16 autocast where the run used it)."""
+    forward runs in (bf16 autocast where the run used it). The forward runs on the device the
+    reader's weights are on (a GPU while it trains there); the predictions come back to the host."""
     import torch
 
     if len(chosen) != len(examples) or (len(chosen) and int(np.min(chosen)) < 0):
         raise ValueError("read_blocks needs one block id >= 0 per example")
     reader.eval()
+    device = next((w.device for w in reader.parameters()), torch.device("cpu"))
     null_c, block_c, holds = [], [], []
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             chunk = list(examples[start:start + batch_size])
             batch = reader_batch(chunk, chosen[start:start + len(chunk), None], blocks, tokenizer, reader_length)
+            placed = batch.to(device)
             with compute():
-                log_probs = reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, 2, M, V)
-            right = (log_probs.argmax(-1) == batch.targets[:, None]) | ~batch.target_mask[:, None]  # (B, 2, M)
+                log_probs = reader(placed.input_ids, placed.attention_mask, placed.masked_positions)  # (B, 2, M, V)
+            predicted = log_probs.argmax(-1).cpu()  # (B, 2, M)
+            right = (predicted == batch.targets[:, None]) | ~batch.target_mask[:, None]  # (B, 2, M)
             every = right.all(-1).numpy()  # (B, 2)
             null_c.append(every[:, 0])
             block_c.append(every[:, 1])

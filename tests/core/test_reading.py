@@ -88,6 +88,33 @@ def test_read_blocks_scores_the_null_block_and_the_given_block_apart_as_the_read
     assert cut.block_correct.tolist() == [False] and cut.block_holds.tolist() == [False]
 
 
+class _ReaderElsewhere(torch.nn.Module):
+    """A reader whose weights live on another device than the host (meta stands in for a GPU):
+    it records the devices its inputs arrive on and predicts wordpiece 0 everywhere."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(1, device="meta"))
+        self.vocab = vocab
+        self.seen: list[set[str]] = []
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                masked_positions: torch.Tensor) -> torch.Tensor:
+        self.seen.append({t.device.type for t in (input_ids, attention_mask, masked_positions)})
+        b, k, _ = input_ids.shape
+        return torch.zeros(b, k, masked_positions.size(1), self.vocab)
+
+
+def test_read_blocks_feeds_the_reader_on_the_device_its_weights_are_on() -> None:
+    # a reader training on a GPU is read there: its inputs must follow it, the verdicts come back
+    tok = load_tokenizer(BUNDLED_ENCODER)
+    reader = _ReaderElsewhere(tok.vocab_size)
+    read = read_blocks(reader, [_london(tok)] * 2, np.array([3, 4]), BlockTexts.from_table(BLOCKS), tok, 64,
+                       continuation_ids(tok))
+    assert reader.seen == [{"meta"}]
+    assert read.null_correct.tolist() == [False, False] and read.block_holds.tolist() == [True, False]
+
+
 def _copy_setup(tiny_bert: str, steps: int):  # type: ignore[no-untyped-def]
     """Three copies of the `london` example, their evidence blocks (2 and 3 hold `london`), and a
     copy-training config of `steps` steps of 2 that checkpoints every 2."""
