@@ -864,6 +864,30 @@ def realm_reading_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def retrieval_weight_table(result: Result) -> str:
+    """Whether a temperature on REALM's retrieval scores would weigh the span-holding blocks
+    (experiments/retrieval_weight.py): per retriever and temperature, the heaviest retrieved
+    block's share and, where a holder is retrieved, the holders' share against an even split's."""
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}"
+
+    lines = ["| retriever | temperature | heaviest block's share (%) | holders' share where retrieved (%) | "
+             "even split's (%) | holders - even, points [95% CI] |", "|---|---:|---:|---:|---:|---|"]
+    for name, r in result["retrievers"].items():
+        for t in r["temperatures"]:
+            d = t["holder_minus_even"]
+            lines.append(f"| {name} | {t['temperature']:g} | {pct(t['max_weight'])} | **{pct(t['holder_share'])}** | "
+                         f"{pct(t['even_split_share'])} | {100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, "
+                         f"{100 * d['ci95'][1]:+.1f}] |")
+    found = "; ".join(f"{name} {pct(r['answer_retrieved'])}% (median score gap from the first to the last "
+                      f"{r['score_spread_median']:.2f})" for name, r in result["retrievers"].items())
+    lines += ["", f"{result['heldout_examples']:,} held-out masked spans of {result['heldout_articles']} articles, the "
+              f"{result['retrieved_blocks']} blocks REALM retrieves beside the null block ({result['exclusion']} "
+              f"exclusion), weighed by softmax(q.d / temperature); shares are of the retrieved blocks' weight (the null "
+              f"block's is fixed apart). Span in a retrieved block: {found}."]
+    return "\n".join(lines)
+
+
 def stopped_run_table(result: Result) -> str:
     """A pretraining run stopped before its end (experiments/stopped_run.py): its curve from its
     newest checkpoint, as `_run_curve_table` shows a finished run's."""
@@ -1274,6 +1298,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "realm_gain_copy_objective_collapse": stopped_run_table,
                                             "realm_gain_slow_retriever": stopped_run_table,
                                             "realm_gain_holder_weight": stopped_run_table,
+                                            "realm_gain_temperature": retrieval_weight_table,
                                             "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 

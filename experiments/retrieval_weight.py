@@ -1,0 +1,172 @@
+"""Would a temperature on REALM's retrieval scores put p(z|x) on the blocks that hold the span?
+
+REALM weighs its retrieved blocks by softmax(q.d / t) (t = 1 in the paper and here). When REALM
+retrieves a span-holding block on the demo corpus, the holders get barely more of the weight than
+an even split would give them (docs/experiments/realm-gain.md, "Where the retriever puts its
+weight"). Two causes fit: scores too close together (a smaller t would sharpen them), or an order
+within the top k that says little about which blocks hold the span (no t helps). This script
+tells them apart without training anything: for each retriever, on the pretraining stage's own
+held-out examples, it takes the top k-1 allowed blocks (trivial retrievals dropped, as REALM
+does), scores them by exact inner product, and at each temperature reports
+
+- the heaviest block's share of the retrieved blocks' weight (how peaked p(z|x) is);
+- where a span-holding block is retrieved, the holders' share of that weight, beside the share
+  an even split gives the same holders, and the difference with a 95% interval over articles.
+
+The null block's share is left out (`pretrain.null_weight` fixes it; shares are among the
+retrieved blocks). Retrievers: the warm start the run began from, and with `--checkpoint` the
+encoders of a REALM run's training checkpoint (a `step-*` folder of the pretraining stage).
+
+    .venv/bin/python experiments/retrieval_weight.py --config experiments/configs/realm_gain.yaml \\
+        [--checkpoint WORK/artifacts/checkpoints/realm_model-KEY/step-00000500] [--name realm_gain_temperature]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
+
+from peers import write_result  # noqa: E402
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import load_config, work_dir
+from realm_core.graph import Resolver
+from realm_core.pretrain.heldout import article_bootstrap
+
+log = logging.getLogger("bench.retrieval_weight")
+TEMPERATURES = (1.0, 0.5, 0.25, 0.1)
+
+
+def weights(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """(E, K) softmax(scores / t) along each row; scores (E, K), -inf where no block was left."""
+    z = scores / temperature
+    z = z - z.max(axis=1, keepdims=True)
+    w = np.exp(z)
+    return np.asarray(w / w.sum(axis=1, keepdims=True))
+
+
+def holder_weight(scores: np.ndarray, holds: np.ndarray, articles: list[str], temperature: float) -> dict[str, Any]:
+    """At `temperature`: the heaviest retrieved block's mean share, and where any retrieved block
+    holds the span, the holders' mean share against an even split's, paired over articles.
+
+    scores: (E, K) retrieval scores of the retrieved blocks; holds: (E, K) bool."""
+    w = weights(scores, temperature)  # (E, K)
+    found = np.asarray(holds.any(axis=1), dtype=bool)  # (E,)
+    real = np.isfinite(scores)  # (E, K) a retrieved block, not a gap
+    share = (w * holds).sum(axis=1)[found]  # (F,)
+    even = (holds.sum(axis=1) / real.sum(axis=1))[found]  # (F,)
+    delta, lo, hi = article_bootstrap(share.tolist(), even.tolist(), [a for a, f in zip(articles, found.tolist(), strict=True) if f])
+    return {"temperature": temperature, "max_weight": float(w.max(axis=1).mean()),
+            "holder_share": float(share.mean()), "even_split_share": float(even.mean()),
+            "holder_minus_even": {"delta": delta, "ci95": [lo, hi]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="demo")
+    ap.add_argument("--config", default=None, help="the YAML file the pretraining run used")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
+    ap.add_argument("--checkpoint", default=None,
+                    help="a REALM run's checkpoint folder (step-*): its encoders are measured too")
+    ap.add_argument("--name", default="realm_gain_temperature", help="bench/results/<name>.json")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    from safetensors.torch import load_file
+
+    from realm_core.bert import load_tokenizer
+    from realm_core.blocks import blocks_tokenizer
+    from realm_core.pretrain.batches import BlockTexts, retrieve_candidates
+    from realm_core.pretrain.heldout import (
+        SpanLocator,
+        continuation_ids,
+        split_heldout,
+        title_body_wordpieces,
+    )
+    from realm_core.pretrain.reading import allowed_holders
+    from realm_core.progress import LogProgress
+    from realm_core.retrieval.embed import embed_token_ids, load_embeddings
+    from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.stage import run_embed_blocks
+    from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+    from realm_core.spans.masking import iter_examples
+
+    t0 = time.perf_counter()
+    cfg = load_config(args.preset, args.config, args.overrides)
+    p = cfg.pretrain
+    if p.warm_start == "none":
+        raise SystemExit("error: pretrain.warm_start is none: there is no starting retriever to measure")
+    store = ArtifactStore(work_dir() / "artifacts")
+    resolver = Resolver(cfg, store, progress=lambda: LogProgress(log, every=60))
+    blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
+
+    # the held-out examples exactly as the pretraining stage builds and splits them
+    blocks_art = store.open(blocks_ref, kind="blocks")
+    encoder = blocks_tokenizer(blocks_art, {"chunk.encoder": cfg.chunk.encoder, "pretrain.reader_encoder": p.reader_encoder})
+    tokenizer = load_tokenizer(p.reader_encoder)
+    blocks = BlockTexts.from_table(blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
+    examples = list(iter_examples(blocks_art, store.open(spans_ref, kind="salient_spans"), cfg.masking, tokenizer,
+                                  None, encoder))
+    _, heldout = split_heldout(examples, p.heldout_every, p.eval_examples, p.seed)
+    articles = [e.doc_id for e in heldout]
+    locator = SpanLocator(title_body_wordpieces(blocks, tokenizer), continuation_ids(tokenizer))
+    holders = [set(allowed_holders(e, locator, blocks, p.exclusion).tolist()) for e in heldout]
+    k = p.top_k - 1  # the retrieved blocks beside the null block
+
+    retrievers: dict[str, tuple[str, str]] = {f"{p.warm_start} warm start": (query_encoder_dir(warm_ref),
+                                                                            doc_encoder_dir(warm_ref))}
+    checkpoint_step = None
+    if args.checkpoint:
+        step_dir = Path(args.checkpoint)
+        saved = work_dir() / "experiments" / "retrieval-weight" / step_dir.parent.name / step_dir.name
+        for name, source in (("query_encoder", query_encoder_dir(warm_ref)), ("doc_encoder", doc_encoder_dir(warm_ref))):
+            if not (saved / name / "realm_retriever.json").is_file():
+                weights_file = step_dir / f"{name}.safetensors"
+                if not weights_file.is_file():
+                    raise SystemExit(f"error: {weights_file}: expected a pretraining checkpoint's {name} weights")
+                model = RetrieverEncoder.from_pretrained(source)
+                model.load_state_dict(load_file(str(weights_file)), strict=True)
+                model.save_pretrained(saved / name, tokenizer_source=p.reader_encoder)
+        checkpoint_step = int(step_dir.name.split("-")[-1])
+        retrievers[f"REALM at step {checkpoint_step}"] = (str(saved / "query_encoder"), str(saved / "doc_encoder"))
+
+    rows: dict[str, Any] = {}
+    for name, (query_dir, doc_dir) in retrievers.items():
+        emb = run_embed_blocks(store, blocks_ref, cfg.embed.model_copy(update={"doc_encoder": doc_dir}))
+        assert emb.ref is not None
+        vectors = load_embeddings(Path(emb.ref.path) / "embeddings", store.open(emb.ref).manifest["embeddings"],
+                                  len(blocks))  # (N, D) the index's vectors under this retriever
+        queries = embed_token_ids(RetrieverEncoder.from_pretrained(query_dir), [e.input_ids for e in heldout],
+                                  tokenizer.pad_token_id, 64)  # (E, D)
+        scores = queries @ vectors.T  # (E, N) exact inner products
+        ranked = np.argsort(-scores, axis=1)[:, :k + 32]  # (E, k+32): room for the dropped trivial ones
+        top = retrieve_candidates(ranked, heldout, blocks, k, p.exclusion)  # (E, k), -1 where none left
+        picked = np.where(top >= 0, np.take_along_axis(scores, np.maximum(top, 0), axis=1), -np.inf)  # (E, k)
+        holds = np.array([[int(z) in h for z in row] for row, h in zip(top, holders, strict=True)])  # (E, k)
+        spread = picked.max(axis=1) - np.where(np.isfinite(picked), picked, np.inf).min(axis=1)  # (E,)
+        rows[name] = {"answer_retrieved": float(holds.any(axis=1).mean()),
+                      "score_spread_median": float(np.median(spread)),
+                      "temperatures": [holder_weight(picked, holds, articles, t) for t in TEMPERATURES]}
+        log.info("%s: span in a retrieved block for %.1f%%", name, 100 * rows[name]["answer_retrieved"])
+
+    result = {"question": "would a temperature on REALM's retrieval scores put p(z|x) on the blocks holding the span?",
+              "machine": platform.machine(), "heldout_examples": len(heldout),
+              "heldout_articles": len(set(articles)), "retrieved_blocks": k, "exclusion": p.exclusion,
+              "checkpoint": str(args.checkpoint) if args.checkpoint else None, "checkpoint_step": checkpoint_step,
+              "retrievers": rows, "seconds": round(time.perf_counter() - t0, 1)}
+    write_result(args.name, result)
+
+
+if __name__ == "__main__":
+    main()
