@@ -111,6 +111,12 @@ class PretrainConfig(TrainerConfig):
         (`make realm-gain GAIN_SET="--set pretrain.copy_weight=1"`) shares its null-only row."""
         return frozenset({"copy_weight"}) if self.retrieval == "null_only" else frozenset()
 
+    @property
+    def copies(self) -> bool:
+        """Whether the copy objective runs beside REALM's loss: a weight above 0 on a run that
+        retrieves (the one statement of it the loop, the stage's tables and report read)."""
+        return self.copy_weight > 0 and self.retrieval == "realm"
+
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
     fresh_projection_dim: int = Field(

@@ -316,7 +316,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     index = index_at(index_step) if index_at is not None else None
     # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
     retrieving = index_at is not None and config.retrieval == "realm"
-    copying = retrieving and config.copy_weight > 0  # null-only: inert (PretrainConfig.inert_fields)
+    copying = retrieving and config.copies
     if copying and place.world_size > 1:
         raise ConfigError("pretrain.copy_weight reads each batch with the reader twice, which one process "
                           "does; under torchrun set it to 0")

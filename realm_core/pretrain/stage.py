@@ -270,7 +270,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     warning = (f"**Retrieval utility stayed below 0 from step {collapse[0]} to {collapse[1]}** (mean of "
                f"every {window} steps): the retrieved blocks made the masked spans less likely than the "
                "null block, the sign of a retriever collapsing onto it.\n\n" if collapse else "")
-    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS + (COPY_COLUMNS if config.copy_weight > 0 and retrieving else ()))
+    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS + (COPY_COLUMNS if config.copies else ()))
               + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
     query_encoder.step = doc_encoder.step = base_step + config.steps
     with cache.write() as out:
@@ -280,7 +280,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
             enc.eval()
             enc.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
         out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
-        if config.copy_weight > 0 and retrieving:
+        if config.copies:
             out.table(PRETRAIN_COPY_METRICS.kind).write([{k: r[k] for k in ("step", *COPY_COLUMNS)}
                                                          for r in curves.steps])
         out.table("pretrain_eval").write(curves.evals)

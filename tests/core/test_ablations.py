@@ -39,6 +39,7 @@ def test_a_pair_with_the_copy_objective_shares_the_null_only_run_of_one_without(
     # the same key where the pretrain config is hashed inside the config that holds it
     assert null_only(copying).config_hash() == null_only(plain).config_hash()
     assert copying.config_hash() != plain.config_hash()
-    # and the loop reads the same fact: the term is off in a null-only run
+    # and the loop, the stage's tables and its report read the same fact: off in a null-only run
     assert "copy_weight" in null_only(copying).pretrain.inert_fields()
     assert not copying.pretrain.inert_fields()
+    assert copying.pretrain.copies and not null_only(copying).pretrain.copies and not plain.pretrain.copies
