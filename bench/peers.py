@@ -17,6 +17,14 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     return out
 
 
+def logged(rows: list[dict[str, Any]], key: str) -> bool:
+    """Whether a run logged the curve column `key` in every one of `rows`: a run from before the
+    column existed has none, as a missing key (a checkpoint's or an artifact's rows) or as None
+    (a results file that kept the column for every run). Every reader of an optional column asks
+    this, so a run is read the same way wherever its curve is shown."""
+    return bool(rows) and all(r.get(key) is not None for r in rows)
+
+
 def bare_reader_loss(reader: Any, reader_batch: Any) -> Any:
     """The peer's loss: mean log-probability of the gold wordpieces over all B x K reader rows,
     no retrieval scores and no marginalisation."""

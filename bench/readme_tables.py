@@ -14,6 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from peers import logged
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 Result = dict[str, Any]  # a bench/results/*.json file, as json.loads reads it
@@ -342,7 +344,7 @@ def _training_windows(curves: dict[str, Any], windows: int = 10) -> list[str]:
     last = int(max(r["step"] for r in realm))
     size = max(1, last // windows)
     copying = "copy_accuracy" in realm[0]
-    weighing = realm[0].get("p_holder") is not None
+    weighing = logged(realm, "p_holder")
     lines = ["", f"Training curves, {size}-step means over the training batches:", "",
              "| steps | REALM span accuracy (%) | null only (%) | REALM retrieval utility | "
              "span in a retrieved block (%) |" + (f" {HOLDER_WEIGHT} |" if weighing else "")
@@ -925,7 +927,7 @@ def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> l
 def _run_curve_table(name: str, curve: Result) -> list[str]:
     """A pretraining run's learning curve (experiments/realm_reading.py `run_curve`): its training
     steps averaged per window, then its held-out evaluations."""
-    weighing = all("p_holder" in r for r in [*curve["training"], *curve["heldout"]])
+    weighing = logged([*curve["training"], *curve["heldout"]], "p_holder")
 
     def row(what: str, encoders: str, r: Result) -> str:
         weight = f" {_holder_weight(r['p_holder'], r['answer_retrieved'])} |" if weighing else ""

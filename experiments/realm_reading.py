@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from peers import write_result  # noqa: E402
+from peers import logged, write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.cache import existing_artifacts_only
@@ -90,8 +90,7 @@ def run_curve(run: Any, window: int) -> dict[str, Any]:
 def curve_windows(steps: list[dict[str, Any]], evals: list[dict[str, Any]], window: int) -> dict[str, Any]:
     """A run's per-step rows averaged over windows of `window` steps, and its held-out
     evaluations, as `run_curve` gives them (the rows of a finished artifact or of a checkpoint)."""
-    # p_holder where the run logged it (runs from before it was logged have none)
-    keys = CURVE_KEYS + tuple(k for k in LATER_KEYS if all(k in r for r in [*steps, *evals]))
+    keys = CURVE_KEYS + tuple(k for k in LATER_KEYS if logged([*steps, *evals], k))
     windows = []
     for first in range(0, len(steps), window):
         part = steps[first:first + window]

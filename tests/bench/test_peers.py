@@ -1,0 +1,17 @@
+"""bench/peers.py: whether a run logged an optional curve column, read one way everywhere."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from peers import logged  # noqa: E402
+
+
+def test_a_column_is_logged_only_where_every_row_holds_a_value() -> None:
+    assert logged([{"p_holder": 0.0}, {"p_holder": 0.2}], "p_holder")  # 0 is a value
+    assert not logged([{"p_holder": 0.1}, {}], "p_holder")  # a checkpoint's rows from before it
+    assert not logged([{"p_holder": None}], "p_holder")  # a results file that kept the key
+    assert not logged([], "p_holder")
