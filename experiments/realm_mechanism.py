@@ -201,8 +201,9 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     p = cfg.pretrain
     return {
         "question": "does REALM's gradient teach retrieval and reading where the answer is known?",
-        "machine": platform.machine(), "device": device_name(device), "torch": torch.__version__, "corpus": {**corpus.summary(), "seed": seed, "distractors": distractors,
-                                                   "blocks": len(blocks), "path": str(path)},
+        "machine": platform.machine(), "device": device_name(device), "torch": torch.__version__,
+        "corpus": {**corpus.summary(), "seed": seed, "distractors": distractors, "blocks": len(blocks),
+                   "path": str(path)},
         "systems": measured, "prior_accuracy": prior_accuracy(train, scored),
         "train_examples": len(train), "heldout_examples": len(scored),
         "heldout_examples_without_a_fact": len(heldout) - len(scored),
