@@ -17,7 +17,6 @@ Shapes: E held-out examples, C articles, R bootstrap resamples.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -64,34 +63,48 @@ def masked_runs(example: MaskedExample) -> list[list[int]]:
 
 
 class SpanLocator:
-    """Which blocks hold a given wordpiece sequence as whole words: every block's wordpieces in
-    one string, searched with `str.find` (fast enough for thousands of spans over 10^4 blocks)."""
+    """Which blocks hold a given wordpiece sequence as whole words. Every block's wordpieces lie in
+    one array, each block closed by a boundary no wordpiece matches; the positions of each
+    wordpiece are grouped once (a stable argsort), so a lookup starts from the occurrences of the
+    sequence's first wordpiece and narrows them one wordpiece at a time, in NumPy."""
+
+    _BOUNDARY = -2  # after each block (the title/body separator of `title_body_wordpieces` is -1)
 
     def __init__(self, block_wordpieces: Iterable[Sequence[int]], continuation_ids: set[int]) -> None:
-        parts, starts, position = [], [], 0
-        for ids in block_wordpieces:
-            text = " " + " ".join(map(str, ids)) + " |"
-            starts.append(position)
-            parts.append(text)
-            position += len(text)
-        self.text = "".join(parts)
-        self.starts = starts
+        pieces: list[np.ndarray] = []
+        owners: list[np.ndarray] = []
+        for b, ids in enumerate(block_wordpieces):
+            row = np.asarray([*ids, self._BOUNDARY], dtype=np.int64)
+            pieces.append(row)
+            owners.append(np.full(len(row), b, dtype=np.int64))
+        self.tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)  # (P,)
+        self.block_of = np.concatenate(owners) if owners else np.zeros(0, dtype=np.int64)  # (P,)
+        self.order = np.argsort(self.tokens, kind="stable")  # (P,) positions grouped by wordpiece
+        self.sorted_tokens = self.tokens[self.order]  # (P,)
+        top = max([int(self.tokens.max(initial=0)), *continuation_ids, 0]) + 1
+        self.continues = np.zeros(top, dtype=bool)  # (V,) whether a wordpiece continues a word
+        self.continues[list(continuation_ids)] = True
         self.continuation = continuation_ids
 
     def blocks_with(self, wordpieces: Sequence[int]) -> set[int]:
         """Blocks in which `wordpieces` occur and are not followed by a word's continuation
         (`york` is not found in `york ##shire`); the first wordpiece of a salient span starts a
         word, so the match starts at a word boundary too."""
-        needle = " " + " ".join(map(str, wordpieces)) + " "
-        found: set[int] = set()
-        at = self.text.find(needle)
-        while at >= 0:
-            after = at + len(needle)
-            following = self.text[after:self.text.find(" ", after)]
-            if not (following.isdigit() and int(following) in self.continuation):
-                found.add(bisect_right(self.starts, at) - 1)
-            at = self.text.find(needle, at + 1)
-        return found
+        if not len(wordpieces):
+            return set()
+        first = int(wordpieces[0])
+        lo, hi = np.searchsorted(self.sorted_tokens, [first, first + 1])
+        at = self.order[lo:hi]  # (C,) positions of the first wordpiece
+        n, last = len(wordpieces), len(self.tokens) - 1
+        for j in range(1, n):
+            at = at[at + j <= last]
+            at = at[self.tokens[at + j] == int(wordpieces[j])]
+        at = at[at + n <= last]  # a block always ends in its boundary, so a match has a follower
+        following = self.tokens[at + n]  # (C,)
+        inside = (following >= 0) & (following < len(self.continues))
+        cut = np.zeros(len(following), dtype=bool)
+        cut[inside] = self.continues[following[inside]]
+        return {int(b) for b in np.unique(self.block_of[at[~cut]])}
 
 
 def continuation_ids(tokenizer: Any) -> set[int]:

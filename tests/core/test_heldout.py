@@ -143,3 +143,28 @@ def test_article_bootstrap_is_a_function_of_the_seed() -> None:
     articles = [f"d{i % 37}" for i in range(300)]
     assert article_bootstrap(a, b, articles, seed=4) == article_bootstrap(a, b, articles, seed=4)
     assert article_bootstrap(a, b, articles, seed=4) != article_bootstrap(a, b, articles, seed=5)
+
+
+def _blocks_with_by_scanning(blocks: list[list[int]], needle: list[int], continuation: set[int]) -> set[int]:
+    """The definition, by brute force: a block holds `needle` where it occurs at some position and
+    the wordpiece after it (if any) does not continue a word."""
+    found = set()
+    for b, ids in enumerate(blocks):
+        for i in range(len(ids) - len(needle) + 1):
+            if ids[i:i + len(needle)] == needle and (i + len(needle) == len(ids)
+                                                      or ids[i + len(needle)] not in continuation):
+                found.add(b)
+    return found
+
+
+def test_span_locator_finds_exactly_the_blocks_a_scan_finds() -> None:
+    rng = np.random.default_rng(0)
+    continuation = {7, 8, 9}  # wordpieces 7-9 continue a word, as `##...` ones do
+    # a small vocabulary, so needles recur: in one block, across a block's end, after a separator
+    blocks = [[int(w) for w in rng.integers(-1, 10, size=int(rng.integers(0, 30)))] for _ in range(60)]
+    locator = SpanLocator(blocks, continuation)
+    needles = [[int(w) for w in rng.integers(0, 10, size=int(rng.integers(1, 4)))] for _ in range(300)]
+    needles += [[3], [9, 9, 9, 9, 9, 9], [12], [0, 1, 2, 3]]  # a wordpiece no block has; longer than most blocks
+    for needle in needles:
+        assert locator.blocks_with(needle) == _blocks_with_by_scanning(blocks, needle, continuation), needle
+    assert locator.blocks_with([]) == set()
