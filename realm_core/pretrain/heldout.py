@@ -11,7 +11,8 @@ null-only baseline.
   answer), so the interval of a difference between two systems resamples articles, not examples
   (`article_bootstrap`).
 
-Shapes: E held-out examples, C articles, R bootstrap resamples.
+Shapes: E held-out examples, C articles, R bootstrap resamples; in `SpanLocator`, P every block's
+wordpieces end to end, V the vocabulary, O the occurrences a lookup narrows.
 """
 
 from __future__ import annotations
@@ -94,13 +95,13 @@ class SpanLocator:
             return set()
         first = int(wordpieces[0])
         lo, hi = np.searchsorted(self.sorted_tokens, [first, first + 1])
-        at = self.order[lo:hi]  # (C,) positions of the first wordpiece
+        at = self.order[lo:hi]  # (O,) positions of the first wordpiece
         n, last = len(wordpieces), len(self.tokens) - 1
         for j in range(1, n):
             at = at[at + j <= last]
             at = at[self.tokens[at + j] == int(wordpieces[j])]
         at = at[at + n <= last]  # a block always ends in its boundary, so a match has a follower
-        following = self.tokens[at + n]  # (C,)
+        following = self.tokens[at + n]  # (O,)
         inside = (following >= 0) & (following < len(self.continues))
         cut = np.zeros(len(following), dtype=bool)
         cut[inside] = self.continues[following[inside]]
