@@ -124,8 +124,10 @@ def main() -> None:
     holders = [set(allowed_holders(e, locator, blocks, p.exclusion).tolist()) for e in heldout]
     k = p.top_k - 1  # the retrieved blocks beside the null block
 
-    retrievers: dict[str, tuple[str, str]] = {f"{p.warm_start} warm start": (query_encoder_dir(warm_ref),
-                                                                            doc_encoder_dir(warm_ref))}
+    warm_steps = getattr(cfg, p.warm_start).steps  # the warm start's own stage config (ict, retromae)
+    retrievers: dict[str, tuple[str, str]] = {
+        f"{p.warm_start.upper() if p.warm_start == 'ict' else p.warm_start} warm start, {warm_steps} steps":
+            (query_encoder_dir(warm_ref), doc_encoder_dir(warm_ref))}
     checkpoint_step = None
     if args.checkpoint:
         step_dir = Path(args.checkpoint)
