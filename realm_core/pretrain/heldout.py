@@ -12,7 +12,7 @@ null-only baseline.
   (`article_bootstrap`).
 
 Shapes: E held-out examples, C articles, R bootstrap resamples; in `SpanLocator`, P every block's
-wordpieces end to end, V the vocabulary, O the occurrences a lookup narrows.
+wordpieces end to end, O the occurrences a lookup narrows.
 """
 
 from __future__ import annotations
@@ -67,24 +67,17 @@ class SpanLocator:
     """Which blocks hold a given wordpiece sequence as whole words. Every block's wordpieces lie in
     one array, each block closed by a boundary no wordpiece matches; the positions of each
     wordpiece are grouped once (a stable argsort), so a lookup starts from the occurrences of the
-    sequence's first wordpiece and narrows them one wordpiece at a time, in NumPy."""
+    sequence's first wordpiece and narrows them one wordpiece at a time, in NumPy. Cheap to build
+    too: the pretraining loop builds one per example over its retrieved blocks (`span_holders`)."""
 
     _BOUNDARY = -2  # after each block (the title/body separator of `title_body_wordpieces` is -1)
 
     def __init__(self, block_wordpieces: Iterable[Sequence[int]], continuation_ids: set[int]) -> None:
-        pieces: list[np.ndarray] = []
-        owners: list[np.ndarray] = []
-        for b, ids in enumerate(block_wordpieces):
-            row = np.asarray([*ids, self._BOUNDARY], dtype=np.int64)
-            pieces.append(row)
-            owners.append(np.full(len(row), b, dtype=np.int64))
-        self.tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)  # (P,)
-        self.block_of = np.concatenate(owners) if owners else np.zeros(0, dtype=np.int64)  # (P,)
+        rows = [np.asarray([*ids, self._BOUNDARY], dtype=np.int64) for ids in block_wordpieces]
+        self.tokens = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)  # (P,)
+        self.block_of = np.repeat(np.arange(len(rows)), [len(r) for r in rows])  # (P,)
         self.order = np.argsort(self.tokens, kind="stable")  # (P,) positions grouped by wordpiece
         self.sorted_tokens = self.tokens[self.order]  # (P,)
-        top = max([int(self.tokens.max(initial=0)), *continuation_ids, 0]) + 1
-        self.continues = np.zeros(top, dtype=bool)  # (V,) whether a wordpiece continues a word
-        self.continues[list(continuation_ids)] = True
         self.continuation = continuation_ids
 
     def blocks_with(self, wordpieces: Sequence[int]) -> set[int]:
@@ -101,11 +94,7 @@ class SpanLocator:
             at = at[at + j <= last]
             at = at[self.tokens[at + j] == int(wordpieces[j])]
         at = at[at + n <= last]  # a block always ends in its boundary, so a match has a follower
-        following = self.tokens[at + n]  # (O,)
-        inside = (following >= 0) & (following < len(self.continues))
-        cut = np.zeros(len(following), dtype=bool)
-        cut[inside] = self.continues[following[inside]]
-        return {int(b) for b in np.unique(self.block_of[at[~cut]])}
+        return {int(self.block_of[a]) for a in at.tolist() if int(self.tokens[a + n]) not in self.continuation}
 
 
 def continuation_ids(tokenizer: Any) -> set[int]:
