@@ -102,6 +102,11 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+def module_device(module: torch.nn.Module) -> torch.device:
+    """The device a module's weights are on (the CPU for a module without any): where its inputs go."""
+    return next((w.device for w in module.parameters()), torch.device("cpu"))
+
+
 def attention_kernels(device: torch.device, cudnn: bool = False) -> contextlib.AbstractContextManager[Any]:
     """The fused attention kernels a forward on `device` may use. On CUDA, cuDNN's is left out
     unless asked for: PyTorch prefers it on Hopper, and profiled on an H200 its calls spent

@@ -23,6 +23,7 @@ from realm_core.answers import f1_score
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig
+from realm_core.distributed import module_device
 from realm_core.errors import InputError
 from realm_core.openqa.finetune import (
     Prediction,
@@ -86,7 +87,7 @@ class ReadOnce(torch.nn.Module):
                 for i, n in enumerate(lengths)]
         todo = [i for i, key in enumerate(keys) if key not in self.memo.scores]
         if todo:  # the new rows, read as one question's K
-            device = next(self.reader.parameters()).device
+            device = module_device(self.reader)
             new = self.reader(*(x[todo][None].to(device) for x in flat)).float()[0].cpu()  # (M, T, L)
             for m, i in enumerate(todo):
                 self.memo.scores[keys[i]] = new[m, :lengths[i]].clone()

@@ -220,8 +220,10 @@ def embed_blocks(doc_encoder: Any, blocks: BlockTexts, tokenizer: Any, doc_lengt
     weights are on."""
     import torch
 
+    from realm_core.distributed import module_device
+
     doc_encoder.eval()
-    device = next((w.device for w in doc_encoder.parameters()), torch.device("cpu"))
+    device = module_device(doc_encoder)
     out = []
     with torch.no_grad():
         for start in range(0, len(blocks), batch_size):
@@ -239,10 +241,11 @@ def gold_block_recall(query_encoder: Any, block_vectors: np.ndarray, examples: S
     encoder's weights are on."""
     import torch
 
+    from realm_core.distributed import module_device
     from realm_core.retrieval.embed import pad_sequences
 
     query_encoder.eval()
-    device = next((w.device for w in query_encoder.parameters()), torch.device("cpu"))
+    device = module_device(query_encoder)
     hits = 0
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):

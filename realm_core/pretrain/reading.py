@@ -100,10 +100,12 @@ def read_blocks(reader: Any, examples: Sequence[MaskedExample], chosen: np.ndarr
     reader's weights are on (a GPU while it trains there); the predictions come back to the host."""
     import torch
 
+    from realm_core.distributed import module_device
+
     if len(chosen) != len(examples) or (len(chosen) and int(np.min(chosen)) < 0):
         raise ValueError("read_blocks needs one block id >= 0 per example")
     reader.eval()
-    device = next((w.device for w in reader.parameters()), torch.device("cpu"))
+    device = module_device(reader)
     null_c, block_c, holds = [], [], []
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):

@@ -57,10 +57,10 @@ def embed_token_ids(encoder: Any, ids: list[list[int]], pad_id: int, batch_size:
     computes bf16 natively; int8 dynamic quantization with `"int8"`, on a CPU)."""
     import torch
 
-    from realm_core.distributed import Placement, Precision
+    from realm_core.distributed import Placement, Precision, module_device
 
     out = np.zeros((len(ids), encoder.projection_dim), dtype=np.float32)  # (N, D)
-    place = Placement(next(encoder.parameters()).device, cast(Precision, precision))
+    place = Placement(module_device(encoder), cast(Precision, precision))
     device = place.device
     encoder = place.for_inference(encoder)
     with torch.inference_mode(), place.compute():
@@ -194,13 +194,15 @@ def embed_shard_rows(encoder: Any, tokenizer: Any, blocks: Any, shard: EmbedShar
                      max_length: int, batch_size: int, float16: bool = False, precision: str = "fp32",
                      progress: Progress | None = None, tokenizer_parallel: str = "auto") -> dict[str, Any]:
     """Embed one shard's blocks with a loaded encoder and write its file; its summary."""
+    from realm_core.distributed import module_device
+
     batch = blocks.read_rows("blocks", shard.first_block_id, shard.first_block_id + shard.rows,
                              ["block_id", "title", "text"])
     ids = batch.column("block_id").to_numpy()
     if not np.array_equal(ids, np.arange(shard.first_block_id, shard.first_block_id + shard.rows)):
         raise ArtifactError(f"{blocks.path}: block ids must be dense and in order "
                             f"(expected {shard.first_block_id}.. in shard {shard.number})")
-    parallel = tokenizer_parallel_for(tokenizer_parallel, next(encoder.parameters()).device)
+    parallel = tokenizer_parallel_for(tokenizer_parallel, module_device(encoder))
     vectors = embed_texts(encoder, tokenizer, batch.column("title").to_pylist(), batch.column("text").to_pylist(),
                           max_length, batch_size, progress, precision, parallel)
     if not np.isfinite(vectors).all():

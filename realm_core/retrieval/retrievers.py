@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import torch
 
+from realm_core.distributed import module_device
 from realm_core.errors import ConfigError, MissingIndexError
 from realm_core.retrieval.embed import pad_sequences
 
@@ -197,7 +198,7 @@ def embed_questions(query_encoder: Any, tokenizer: Any, texts: list[str], max_le
     a training step's dropout stays on)."""
     enc = tokenizer(texts, truncation=True, max_length=max_length, return_attention_mask=False)["input_ids"]
     ids, mask = pad_sequences(enc, tokenizer.pad_token_id)
-    device = next(query_encoder.parameters()).device
+    device = module_device(query_encoder)
     out: torch.Tensor = query_encoder(ids.to(device), mask.to(device)).float()
     return out
 

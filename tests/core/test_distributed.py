@@ -8,6 +8,7 @@ from realm_core import distributed
 from realm_core.distributed import (
     Placement,
     gradient_sync,
+    module_device,
     rank_zero_first,
     resolve_device,
     resolve_precision,
@@ -154,3 +155,9 @@ def test_int8_is_an_option_of_inference_stages_only() -> None:
     for training in ("ict.precision=int8", "pretrain.precision=int8", "finetune.precision=int8", "precision=int8"):
         with pytest.raises((ValidationError, ConfigError)):
             load_config("tiny", overrides=[training])
+
+
+def test_a_modules_device_is_its_weights_and_the_cpu_without_any() -> None:
+    assert module_device(torch.nn.Linear(2, 2, device="meta")) == torch.device("meta")
+    assert module_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
+    assert module_device(torch.nn.ReLU()) == torch.device("cpu")  # no weights: inputs stay on the host
