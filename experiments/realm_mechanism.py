@@ -82,19 +82,13 @@ def copy_trained_reader(cfg: PipelineConfig, store: ArtifactStore, corpus: Any, 
 def mechanism_examples(cfg: PipelineConfig, store: ArtifactStore) -> tuple[Any, Any, list[Any], list[Any]]:
     """(blocks, tokenizer, train, held-out): the examples exactly as the pretraining stage builds
     and splits them, from the cached chunk and span artifacts."""
-    from realm_core.bert import load_tokenizer
-    from realm_core.pretrain.batches import BlockTexts
-    from realm_core.pretrain.heldout import split_heldout
-    from realm_core.spans.masking import iter_examples
+    from realm_core.pretrain.stage import pretrain_data
+    from realm_core.spans.mining import open_mined
 
     resolver = Resolver(cfg, store)
-    blocks_art = store.open(resolver.ref("chunk"), kind="blocks")
-    spans_art = store.open(resolver.ref("spans"), kind="salient_spans")
-    tokenizer = load_tokenizer(cfg.pretrain.reader_encoder)
-    blocks = BlockTexts.from_table(blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
-    examples = list(iter_examples(blocks_art, spans_art, cfg.masking, tokenizer, None, cfg.chunk.encoder))
-    train, heldout = split_heldout(examples, cfg.pretrain.heldout_every, cfg.pretrain.eval_examples, cfg.pretrain.seed)
-    return blocks, tokenizer, train, heldout
+    data = pretrain_data(*open_mined(store, resolver.ref("chunk"), resolver.ref("spans")), cfg.pretrain, cfg.masking,
+                         cfg.chunk.encoder)
+    return data.blocks, data.tokenizer, data.train, data.heldout
 
 
 def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[str], root: Path,

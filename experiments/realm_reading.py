@@ -122,17 +122,8 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    from realm_core.bert import load_tokenizer
-    from realm_core.blocks import blocks_tokenizer
     from realm_core.distributed import Placement
-    from realm_core.pretrain.batches import BlockTexts
-    from realm_core.pretrain.heldout import (
-        SpanLocator,
-        continuation_ids,
-        split_heldout,
-        title_body_wordpieces,
-    )
-    from realm_core.pretrain.loop import PretrainData, RealmModels, evaluate
+    from realm_core.pretrain.loop import RealmModels, evaluate
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
     from realm_core.pretrain.reading import (
@@ -142,13 +133,13 @@ def main() -> None:
         read_blocks,
     )
     from realm_core.pretrain.refresh import IndexHandle
-    from realm_core.pretrain.stage import run_warm_reader
+    from realm_core.pretrain.stage import pretrain_data, run_warm_reader
     from realm_core.retrieval.embed import embed_token_ids, load_embeddings
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.index import MipsIndex
     from realm_core.retrieval.stage import run_embed_blocks
     from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
-    from realm_core.spans.masking import iter_examples
+    from realm_core.spans.mining import open_mined
 
     t0 = time.perf_counter()
     root = Path(args.root) if args.root else work_dir() / "artifacts"
@@ -179,13 +170,8 @@ def main() -> None:
     assert emb.ref is not None
 
     # the examples exactly as the pretraining stage builds and splits them
-    blocks_art = store.open(blocks_ref, kind="blocks")
-    spans_art = store.open(spans_ref, kind="salient_spans")
-    encoder = blocks_tokenizer(blocks_art, {"chunk.encoder": cfg.chunk.encoder, "pretrain.reader_encoder": p.reader_encoder})
-    tokenizer = load_tokenizer(p.reader_encoder)
-    blocks = BlockTexts.from_table(blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
-    examples = list(iter_examples(blocks_art, spans_art, cfg.masking, tokenizer, None, encoder))
-    train, heldout = split_heldout(examples, p.heldout_every, p.eval_examples, p.seed)
+    data = pretrain_data(*open_mined(store, blocks_ref, spans_ref), p, cfg.masking, cfg.chunk.encoder)
+    train, heldout, blocks, tokenizer = data.train, data.heldout, data.blocks, data.tokenizer
     for name, run in runs.items():
         if [(r["doc_id"], r["block_id"]) for r in run["heldout_rows"]] != [(e.doc_id, e.block_id) for e in heldout]:
             raise SystemExit(f"error: {run['ref'].path}: {name} scored other held-out examples than the ones rebuilt here")
@@ -196,8 +182,7 @@ def main() -> None:
     # every model this script reads runs on the run's device (a GPU where there is one), as in training
     query_encoder = RetrieverEncoder.from_pretrained(query_encoder_dir(warm_ref)).to(placement.device)
     doc_encoder = RetrieverEncoder.from_pretrained(doc_encoder_dir(warm_ref)).to(placement.device)
-    continuation = continuation_ids(tokenizer)
-    locator = SpanLocator(title_body_wordpieces(blocks, tokenizer), continuation)
+    continuation, locator = data.continuation, data.locator
 
     def oracle_for(chosen: list[Any], ranks: bool = True, encoder: Any = query_encoder,
                    block_vectors: np.ndarray = vectors) -> Any:
@@ -329,7 +314,6 @@ def main() -> None:
         index = MipsIndex.build(vectors.shape[1])
         index.add(vectors, np.arange(len(blocks), dtype=np.int64))
         handle = IndexHandle(index, query_encoder.step)
-        data = PretrainData(train, heldout, blocks, tokenizer)
         frozen = p.model_copy(update={"freeze_retriever": True})
         n = min(args.eval_examples, len(heldout))
         eval_articles = [e.doc_id for e in heldout[:n]]

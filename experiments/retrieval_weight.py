@@ -85,22 +85,15 @@ def main() -> None:
 
     from safetensors.torch import load_file
 
-    from realm_core.bert import load_tokenizer
-    from realm_core.blocks import blocks_tokenizer
-    from realm_core.pretrain.batches import BlockTexts, retrieve_candidates
-    from realm_core.pretrain.heldout import (
-        SpanLocator,
-        continuation_ids,
-        split_heldout,
-        title_body_wordpieces,
-    )
+    from realm_core.pretrain.batches import retrieve_candidates
     from realm_core.pretrain.reading import allowed_holders
+    from realm_core.pretrain.stage import pretrain_data
     from realm_core.progress import LogProgress
     from realm_core.retrieval.embed import embed_token_ids, load_embeddings
     from realm_core.retrieval.encoders import RetrieverEncoder
     from realm_core.retrieval.stage import run_embed_blocks
     from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
-    from realm_core.spans.masking import iter_examples
+    from realm_core.spans.mining import open_mined
 
     t0 = time.perf_counter()
     cfg = load_config(args.preset, args.config, args.overrides)
@@ -112,16 +105,10 @@ def main() -> None:
     blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
 
     # the held-out examples exactly as the pretraining stage builds and splits them
-    blocks_art = store.open(blocks_ref, kind="blocks")
-    encoder = blocks_tokenizer(blocks_art, {"chunk.encoder": cfg.chunk.encoder, "pretrain.reader_encoder": p.reader_encoder})
-    tokenizer = load_tokenizer(p.reader_encoder)
-    blocks = BlockTexts.from_table(blocks_art.read_table("blocks", ["block_id", "doc_id", "title", "text"]))
-    examples = list(iter_examples(blocks_art, store.open(spans_ref, kind="salient_spans"), cfg.masking, tokenizer,
-                                  None, encoder))
-    _, heldout = split_heldout(examples, p.heldout_every, p.eval_examples, p.seed)
+    data = pretrain_data(*open_mined(store, blocks_ref, spans_ref), p, cfg.masking, cfg.chunk.encoder)
+    heldout, blocks, tokenizer = data.heldout, data.blocks, data.tokenizer
     articles = [e.doc_id for e in heldout]
-    locator = SpanLocator(title_body_wordpieces(blocks, tokenizer), continuation_ids(tokenizer))
-    holders = [set(allowed_holders(e, locator, blocks, p.exclusion).tolist()) for e in heldout]
+    holders = [set(allowed_holders(e, data.locator, blocks, p.exclusion).tolist()) for e in heldout]
     k = p.top_k - 1  # the retrieved blocks beside the null block
 
     warm_steps = getattr(cfg, p.warm_start).steps  # the warm start's own stage config (ict, retromae)

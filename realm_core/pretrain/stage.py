@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
 from realm_core.blocks import blocks_tokenizer
 from realm_core.cache import CachedStage, code_version
@@ -126,6 +126,25 @@ def _encoders(config: PretrainConfig, retriever: ArtifactRef | None) -> tuple[Re
     return q, d
 
 
+def pretrain_data(blocks: Artifact, spans: Artifact, config: PretrainConfig, masking: MaskingConfig,
+                  chunk_encoder: str | None = None, counts: Counter[str] | None = None) -> PretrainData:
+    """The masked examples exactly as this stage builds and splits them, with the blocks' texts and
+    the reader's tokenizer: every salient span of `spans` masked (`masking`), whole articles held
+    out (one in `config.heldout_every`) and the held-out test drawn at random over their examples
+    (`config.eval_examples`, `config.seed`); held-out articles never train. An experiment that
+    measures a run reads the same examples through this. `counts` tallies what masking skipped."""
+    from realm_core.spans.masking import iter_examples
+
+    # the tokenizer that cut the blocks, to read the spans' wordpieces again
+    where = {"chunk.encoder": chunk_encoder} if chunk_encoder else {}
+    blocks_encoder = blocks_tokenizer(blocks, {**where, "pretrain.reader_encoder": config.reader_encoder})
+    tokenizer = load_tokenizer(config.reader_encoder)
+    table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
+    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts, blocks_encoder))
+    train, heldout = split_heldout(examples, config.heldout_every, config.eval_examples, config.seed)
+    return PretrainData(train, heldout, BlockTexts.from_table(table), tokenizer)
+
+
 def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,
                  retriever_ref: ArtifactRef | None, config: PretrainConfig, masking: MaskingConfig,
                  embed: EmbedConfig, index_config: IndexConfig, progress: Progress | None = None,
@@ -137,7 +156,6 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     `chunk_encoder` (the config's `chunk.encoder`) is where the blocks' tokenizer is now, tried
     before the reader's and the path the blocks record to read their wordpieces again."""
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
-    from realm_core.spans.masking import iter_examples
 
     if (config.warm_start == "none") != (retriever_ref is None):
         raise ConfigError(f"pretrain.warm_start={config.warm_start!r} but a retriever artifact was "
@@ -169,19 +187,14 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         warmup_report = warmup.report + "\n\n"
     reader = KnowledgeAugmentedEncoder.from_pretrained(reader_source, dropout=config.dropout,
                                                        seed=config.seed)
-    tokenizer = load_tokenizer(config.reader_encoder)
     base_step = query_encoder.step
 
-    # masked examples; held-out articles never train
     counts: Counter[str] = Counter()
-    table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
-    examples = list(iter_examples(blocks, spans, masking, tokenizer, counts, blocks_encoder))
-    # whole articles held out; the test drawn at random over their examples (pretrain.seed)
-    train, heldout = split_heldout(examples, config.heldout_every, config.eval_examples, config.seed)
+    data = pretrain_data(blocks, spans, config, masking, chunk_encoder, counts)
+    train, heldout, tokenizer = data.train, data.heldout, data.tokenizer
     if len(train) < config.batch_size or not heldout:
         raise RealmError(f"{spans.path}: {len(train)} training and {len(heldout)} held-out masked "
                          f"examples; need at least batch_size={config.batch_size} and one held out")
-    data = PretrainData(train, heldout, BlockTexts.from_table(table), tokenizer)
 
     # the run's own index namespace; the initial index is built from the warm-start encoder
     run_root = Path(store.root) / "runs" / f"pretrain-{cache.key}"
