@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import fail, write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir
@@ -152,7 +152,7 @@ def main() -> None:
     try:
         QueryEngine(Resolver(cfg, ArtifactStore(str(source)))).stages.run(f"finetune_{SYSTEM}")
     except MissingArtifactError as e:
-        raise SystemExit(f"error: {source}: the demo's BM25 + reader is not there; run `make demo` first ({e})") from None
+        fail(f"{source}: the demo's BM25 + reader is not there; run `make demo` first ({e})")
     t_run = time.perf_counter()
     if WORK.exists():
         shutil.rmtree(WORK)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -15,6 +16,14 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out.relative_to(RESULTS.parents[1])}")
     return out
+
+
+def fail(message: str) -> NoReturn:
+    """Bad input to a benchmark or experiment (a file, a setting, an artifact that is not there
+    or not the one expected): `error: <message>` on stderr and exit status 2, before any result
+    is written, as every `realm` command does."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def logged(rows: list[dict[str, Any]], key: str) -> bool:

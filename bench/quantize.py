@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import fail, write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, resolve_data_path, work_dir
@@ -175,8 +175,7 @@ def main() -> None:
             QueryEngine(resolver).stages.run(f"finetune_{SYSTEM}")
         load_index(resolver.store)
     except (MissingArtifactError, RealmError) as e:
-        raise SystemExit(f"error: {root}: the demo's index and BM25 + reader are not there; run `make demo` "
-                         f"first ({e})") from None
+        fail(f"{root}: the demo's index and BM25 + reader are not there; run `make demo` first ({e})")
     t0 = time.perf_counter()
     result = {"cpu": cpu_description(INT8_FLAGS), "threads": torch.get_num_threads(), "torch": torch.__version__,
               "quantized_engine": torch.backends.quantized.engine, "isa": args.isa,

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import paired_runs  # noqa: E402
 import readme_tables  # noqa: E402
+from peers import fail  # noqa: E402
 
 CONFIG = ROOT / "experiments" / "configs" / "open_phase.yaml"
 
@@ -40,7 +41,7 @@ def load(path: Path) -> dict[str, Any]:
     for name, (a, b) in spec["pairings"].items():
         for run in (a, b):
             if run not in spec["runs"]:
-                raise SystemExit(f"error: {path}: pairing {name} names run {run!r}, not among runs")
+                fail(f"{path}: pairing {name} names run {run!r}, not among runs")
     return spec
 
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # peers.write_result
 
-from peers import write_result  # noqa: E402
+from peers import fail, write_result  # noqa: E402
 
 from realm_core.errors import RealmError
 from realm_core.openqa import outcomes
@@ -40,17 +40,17 @@ def load_side(arg: str, dataset: str) -> tuple[dict[str, Any], Outcomes]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"{path}: not a readable JSON file ({e})") from None
+        fail(f"{path}: not a readable JSON file ({e})")
     if side:
         if "outcomes" not in data:
-            raise SystemExit(f"{path}: written before paired results kept each question's outcome; "
-                             "pair the run's own `realm evaluate --json` file instead")
+            fail(f"{path}: written before paired results kept each question's outcome; "
+                 "pair the run's own `realm evaluate --json` file instead")
         if data["dataset"] != dataset:
-            raise SystemExit(f"{path}: paired on {data['dataset']}, not {dataset}")
+            fail(f"{path}: paired on {data['dataset']}, not {dataset}")
         return data["runs"][side], _decode(data["outcomes"][side], f"{path} (side {side})")
     if "artifact" not in data:
-        raise SystemExit(f"{path}: not a `realm evaluate --json` file (no 'artifact'); "
-                         "for a side of an earlier pairing, write RESULT.json:a or :b")
+        fail(f"{path}: not a `realm evaluate --json` file (no 'artifact'); "
+             "for a side of an earlier pairing, write RESULT.json:a or :b")
     # each run's own figures beside the differences (EM, F1, R@k per system; the gold-paragraph
     # phase's budget and dev curve; each system's budget, the open-domain phase's curve and
     # seconds among it; the warm starts' stats and configs; the evaluation's stats and peak
@@ -64,8 +64,8 @@ def load_side(arg: str, dataset: str) -> tuple[dict[str, Any], Outcomes]:
         return run, _decode(data["outcomes"][dataset], path)
     predictions = Path(data["artifact"]) / "openqa_predictions"
     if not predictions.exists():
-        raise SystemExit(f"{path}: its evaluation artifact {data['artifact']} is gone and the file keeps no "
-                         "outcomes (written before `realm evaluate --json` kept them)")
+        fail(f"{path}: its evaluation artifact {data['artifact']} is gone and the file keeps no "
+             "outcomes (written before `realm evaluate --json` kept them)")
     return run, outcomes.from_predictions(pq.read_table(predictions).to_pylist(), dataset)
 
 
@@ -73,7 +73,7 @@ def _decode(kept: dict[str, Any], where: str) -> Outcomes:
     try:
         return outcomes.decode(kept, where)
     except RealmError as e:
-        raise SystemExit(str(e)) from None
+        fail(str(e))
 
 
 def pair(a_arg: str, b_arg: str, dataset: str, name: str) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def pair(a_arg: str, b_arg: str, dataset: str, name: str) -> dict[str, Any]:
     for system in sorted(set(a) & set(b)):
         qids = sorted(a[system])
         if sorted(b[system]) != qids:
-            raise SystemExit(f"{system}: the two runs answered different questions")
+            fail(f"{system}: the two runs answered different questions")
         x, y = [a[system][q] for q in qids], [b[system][q] for q in qids]
         delta, lo, hi = paired_bootstrap(x, y)
         rows[system] = {"questions": len(qids), "delta": delta, "ci95": [lo, hi], "mcnemar_p": mcnemar_p(x, y)}

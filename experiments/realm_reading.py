@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from peers import logged, write_result  # noqa: E402
+from peers import fail, logged, write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.cache import existing_artifacts_only
@@ -147,7 +147,7 @@ def main() -> None:
     cfg = load_config(args.preset, args.config, args.overrides)
     p = cfg.pretrain
     if p.warm_start == "none":
-        raise SystemExit("error: the oracle block is the warm-started retriever's pick; pretrain.warm_start is none")
+        fail("the oracle block is the warm-started retriever's pick; pretrain.warm_start is none")
     placement = Placement.from_env(p.device, p.precision)
     # upstream through the cache (computed where missing: the blocks, spans, warm-started
     # retriever, its block embeddings and the warm-up reader); the pretraining runs only read
@@ -174,7 +174,7 @@ def main() -> None:
     train, heldout, blocks, tokenizer = data.train, data.heldout, data.blocks, data.tokenizer
     for name, run in runs.items():
         if [(r["doc_id"], r["block_id"]) for r in run["heldout_rows"]] != [(e.doc_id, e.block_id) for e in heldout]:
-            raise SystemExit(f"error: {run['ref'].path}: {name} scored other held-out examples than the ones rebuilt here")
+            fail(f"{run['ref'].path}: {name} scored other held-out examples than the ones rebuilt here")
 
     # the warm-started retriever's pick among the allowed blocks that hold each span
     vectors = load_embeddings(Path(emb.ref.path) / "embeddings", store.open(emb.ref).manifest["embeddings"],
@@ -206,7 +206,7 @@ def main() -> None:
     for name, run in runs.items():
         flags = [bool(r["recoverable"]) for r in run["heldout_rows"]]
         if flags != [bool(h) for h in oracle.holders > 0]:
-            raise SystemExit(f"error: {name}: the stage's recoverable flags differ from the holders found here")
+            fail(f"{name}: the stage's recoverable flags differ from the holders found here")
 
     # retrieval by each pretraining run's own encoders: per recoverable example the rank of the
     # best allowed block that holds its span, against the warm-started retriever's (where REALM's

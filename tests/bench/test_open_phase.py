@@ -16,11 +16,13 @@ import open_phase  # noqa: E402
 import readme_tables  # noqa: E402
 
 
-def test_a_pairing_of_an_unlisted_run_is_refused(tmp_path: Path) -> None:
+def test_a_pairing_of_an_unlisted_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "open_phase.yaml"
     bad.write_text(yaml.safe_dump({"base": [], "runs": {"ict": []}, "pairings": {"x": ["ict", "ict_open"]}}))
-    with pytest.raises(SystemExit, match=r"open_phase.yaml: pairing x names run 'ict_open', not among runs"):
+    with pytest.raises(SystemExit) as stop:
         open_phase.load(bad)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == f"error: {bad}: pairing x names run 'ict_open', not among runs\n"
 
 
 def test_a_run_is_the_base_command_with_its_overrides_then_the_callers(tmp_path: Path) -> None:

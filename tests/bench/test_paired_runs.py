@@ -5,6 +5,7 @@ and the table's row label built from it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_a_pairing_note_names_how_the_two_phases_differ() -> None:
     assert readme_tables._phases(pair({"steps": 300}, {"steps": 300})) == "both with the open-domain phase"
 
 
-def test_a_side_of_an_earlier_result_pairs_as_its_run_did(tmp_path, monkeypatch):
+def test_a_side_of_an_earlier_result_pairs_as_its_run_did(tmp_path, monkeypatch, capsys):
     """The outcomes a result keeps stand in for a run whose artifacts are gone: pairing a new run
     with `t.json:a` gives what pairing it with that run's own file gave, its figures included; a
     `realm evaluate --json` file that keeps outcomes needs no artifact; a result from before
@@ -141,8 +142,14 @@ def test_a_side_of_an_earlier_result_pairs_as_its_run_did(tmp_path, monkeypatch)
     old = json.loads((results / "t.json").read_text())
     del old["outcomes"]
     (results / "old.json").write_text(json.dumps(old))
-    with pytest.raises(SystemExit, match="old.json: written before paired results kept each question's outcome"):
+    with pytest.raises(SystemExit) as stop:
         pair(c, f"{results / 'old.json'}:a", "x")
+    assert stop.value.code == 2
+    assert re.match(r"error: .*old.json: written before paired results kept each question's outcome",
+                    capsys.readouterr().err)
     shutil.rmtree(tmp_path / "openqa_eval" / "base")
-    with pytest.raises(SystemExit, match=r"base.json: its evaluation artifact .*base is gone and the file keeps no outcomes"):
+    with pytest.raises(SystemExit) as stop:
         pair(a, b, "x")
+    assert stop.value.code == 2
+    assert re.match(r"error: .*base.json: its evaluation artifact .*base is gone and the file keeps no outcomes",
+                    capsys.readouterr().err)
