@@ -15,10 +15,12 @@ does), scores them by exact inner product, and at each temperature reports
 
 The null block's share is left out (`pretrain.null_weight` fixes it; shares are among the
 retrieved blocks). Retrievers: the warm start the run began from, and with `--checkpoint` the
-encoders of a REALM run's training checkpoint (a `step-*` folder of the pretraining stage).
+encoders of a REALM run: a training checkpoint (a `step-*` folder of the pretraining stage) or
+the published run (its `realm_model` artifact, after its last step); either is verified first.
 
     .venv/bin/python experiments/retrieval_weight.py --config experiments/configs/realm_gain.yaml \\
-        [--checkpoint WORK/artifacts/checkpoints/realm_model-KEY/step-00000500] [--name realm_gain_temperature]
+        [--checkpoint WORK/artifacts/checkpoints/realm_model-KEY/step-00000500 | WORK/artifacts/realm_model/KEY] \\
+        [--name realm_gain_temperature]
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
-from peers import write_result  # noqa: E402
+from peers import fail, write_result  # noqa: E402
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir
+from realm_core.errors import RealmError
 from realm_core.graph import Resolver
 from realm_core.pretrain.heldout import article_bootstrap
 
@@ -72,18 +75,49 @@ def holder_weight(scores: np.ndarray, holds: np.ndarray, articles: list[str], te
             "holder_minus_even": {"delta": delta, "ci95": [lo, hi]}}
 
 
+def realm_encoders(source: Path, store: ArtifactStore, warm_ref: Any, reader_encoder: str) -> tuple[int, str, str]:
+    """(step, query encoder dir, document encoder dir) of a REALM run: `source` is a published
+    `realm_model` artifact (its encoders as they are, after its last step) or a training
+    checkpoint (`step-*`: its encoders' weights loaded over the warm start's architecture and
+    saved once under the work dir). Either is verified against its recorded hashes first."""
+    from safetensors.torch import load_file
+
+    from realm_core.artifacts import MANIFEST
+    from realm_core.errors import ArtifactError
+    from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+    from realm_core.training import read_checkpoint
+
+    if (source / MANIFEST).is_file():
+        run = store.open(str(source), kind="realm_model")
+        run.verify(store.verify)
+        return int(run.manifest["config"]["steps"]), str(source / "query_encoder"), str(source / "doc_encoder")
+    if not source.name.startswith("step-"):
+        raise ArtifactError(f"{source}: expected a realm_model artifact or a pretraining checkpoint (step-*)")
+    checkpoint = read_checkpoint(source)
+    saved = work_dir() / "experiments" / "retrieval-weight" / source.parent.name / source.name
+    for name, warm in (("query_encoder", query_encoder_dir(warm_ref)), ("doc_encoder", doc_encoder_dir(warm_ref))):
+        if not (saved / name / "realm_retriever.json").is_file():
+            weights_file = source / f"{name}.safetensors"
+            if name not in checkpoint.state.get("modules", []):
+                raise ArtifactError(f"{weights_file}: expected a pretraining checkpoint's {name} weights")
+            model = RetrieverEncoder.from_pretrained(warm)
+            model.load_state_dict(load_file(str(weights_file)), strict=True)
+            model.save_pretrained(saved / name, tokenizer_source=reader_encoder)
+    return checkpoint.step, str(saved / "query_encoder"), str(saved / "doc_encoder")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--config", default=None, help="the YAML file the pretraining run used")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
     ap.add_argument("--checkpoint", default=None,
-                    help="a REALM run's checkpoint folder (step-*): its encoders are measured too")
+                    help="a REALM run's checkpoint folder (step-*) or its published realm_model "
+                         "artifact: its encoders are measured too")
     ap.add_argument("--name", default="realm_gain_temperature", help="bench/results/<name>.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-
-    from safetensors.torch import load_file
 
     from realm_core.pretrain.batches import retrieve_candidates
     from realm_core.pretrain.reading import allowed_holders
@@ -99,7 +133,7 @@ def main() -> None:
     cfg = load_config(args.preset, args.config, args.overrides)
     p = cfg.pretrain
     if p.warm_start == "none":
-        raise SystemExit("error: pretrain.warm_start is none: there is no starting retriever to measure")
+        fail("pretrain.warm_start is none: there is no starting retriever to measure")
     store = ArtifactStore(work_dir() / "artifacts")
     resolver = Resolver(cfg, store, progress=lambda: LogProgress(log, every=60))
     blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
@@ -117,18 +151,12 @@ def main() -> None:
             (query_encoder_dir(warm_ref), doc_encoder_dir(warm_ref))}
     checkpoint_step = None
     if args.checkpoint:
-        step_dir = Path(args.checkpoint)
-        saved = work_dir() / "experiments" / "retrieval-weight" / step_dir.parent.name / step_dir.name
-        for name, source in (("query_encoder", query_encoder_dir(warm_ref)), ("doc_encoder", doc_encoder_dir(warm_ref))):
-            if not (saved / name / "realm_retriever.json").is_file():
-                weights_file = step_dir / f"{name}.safetensors"
-                if not weights_file.is_file():
-                    raise SystemExit(f"error: {weights_file}: expected a pretraining checkpoint's {name} weights")
-                model = RetrieverEncoder.from_pretrained(source)
-                model.load_state_dict(load_file(str(weights_file)), strict=True)
-                model.save_pretrained(saved / name, tokenizer_source=p.reader_encoder)
-        checkpoint_step = int(step_dir.name.split("-")[-1])
-        retrievers[f"REALM at step {checkpoint_step}"] = (str(saved / "query_encoder"), str(saved / "doc_encoder"))
+        try:
+            checkpoint_step, query_dir, doc_dir = realm_encoders(Path(args.checkpoint), store, warm_ref,
+                                                                 p.reader_encoder)
+        except RealmError as e:
+            fail(str(e))
+        retrievers[f"REALM at step {checkpoint_step}"] = (query_dir, doc_dir)
 
     rows: dict[str, Any] = {}
     for name, (query_dir, doc_dir) in retrievers.items():

@@ -140,9 +140,12 @@ def record_step(point: Any, curve: list[Any], config: Any, progress: Progress,
 def latest_checkpoint(root: Path) -> Checkpoint | None:
     """The newest complete checkpoint under `root`, verified against its recorded hashes."""
     candidates = sorted(root.glob("step-*")) if root.is_dir() else []
-    if not candidates:
-        return None
-    path = candidates[-1]
+    return read_checkpoint(candidates[-1]) if candidates else None
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint in `path` (a `step-*` directory), verified against its recorded hashes:
+    `ArtifactError` naming the file that is missing or altered."""
     try:
         state = json.loads((path / STATE_FILE).read_text())
     except (OSError, json.JSONDecodeError) as e:

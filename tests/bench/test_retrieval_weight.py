@@ -37,3 +37,32 @@ def test_scores_that_rank_the_holder_first_give_it_more_weight_as_the_temperatur
     assert warm["even_split_share"] < warm["holder_share"] < sharp["holder_share"] <= 1.0
     assert sharp["max_weight"] > warm["max_weight"]
     assert sharp["holder_minus_even"]["ci95"][0] > 0
+
+
+def test_a_run_to_measure_is_verified_before_its_encoders_are_read(tmp_path: Path) -> None:
+    from torch import nn
+
+    from realm_core.artifacts import ArtifactStore
+    from realm_core.errors import ArtifactError, CorruptArtifactError
+    from realm_core.training import adamw, save_checkpoint
+
+    store = ArtifactStore(tmp_path / "artifacts")
+    # a training checkpoint whose weights changed after it was written
+    model = nn.Linear(2, 2)
+    step = save_checkpoint(tmp_path / "checkpoints", 40, {"query_encoder": model, "doc_encoder": model},
+                           adamw([model], 1e-3, 0.0), {})
+    (step / "doc_encoder.safetensors").write_bytes(b"not the weights it recorded")
+    with pytest.raises(ArtifactError, match="doc_encoder.safetensors: checkpoint file missing or altered"):
+        retrieval_weight.realm_encoders(step, store, None, "unused")
+    # a published run whose encoder file changed after it was published
+    with store.write("realm_model", "k" * 20, config={"steps": 40}, config_hash="h", inputs={}) as out:
+        out.file("query_encoder/weights.bin").write_bytes(b"trained")
+        out.file("doc_encoder/weights.bin").write_bytes(b"trained too")
+    run = Path(store.path("realm_model", "k" * 20))
+    assert retrieval_weight.realm_encoders(run, store, None, "unused") == (
+        40, str(run / "query_encoder"), str(run / "doc_encoder"))
+    (run / "query_encoder" / "weights.bin").write_bytes(b"altered")
+    with pytest.raises(CorruptArtifactError, match="weights.bin"):
+        retrieval_weight.realm_encoders(run, store, None, "unused")
+    with pytest.raises(ArtifactError, match="expected a realm_model artifact or a pretraining checkpoint"):
+        retrieval_weight.realm_encoders(tmp_path, store, None, "unused")

@@ -9,6 +9,7 @@ from realm_core.training import (
     adamw,
     latest_checkpoint,
     learning_rate_at,
+    read_checkpoint,
     restore_checkpoint,
     save_checkpoint,
     set_learning_rate,
@@ -92,6 +93,8 @@ def test_an_altered_checkpoint_is_refused(tmp_path: Path) -> None:
     (path / "m.safetensors").write_bytes(b"garbage")
     with pytest.raises(ArtifactError, match=r"m.safetensors: checkpoint file missing or altered"):
         latest_checkpoint(tmp_path)
+    with pytest.raises(ArtifactError, match=r"m.safetensors: checkpoint file missing or altered"):
+        read_checkpoint(path)  # a checkpoint named by hand is verified the same way
 
 
 def test_progress_rate_reads_for_fast_and_slow_units() -> None:
