@@ -891,13 +891,14 @@ def retrieval_weight_table(result: Result) -> str:
 
 
 def stopped_run_table(result: Result) -> str:
-    """A pretraining run stopped before its end (experiments/stopped_run.py): its curve from its
-    newest checkpoint, as `_run_curve_table` shows a finished run's."""
+    """A pretraining run's curve as experiments/stopped_run.py kept it, as `_run_curve_table` shows
+    one: stopped before its end (from its newest checkpoint) or finished (from its artifact)."""
     opened = result["retriever_trained_from_step"]
     trained = f"the encoders trained from step {opened}" if opened is not None else "the encoders frozen throughout"
+    end = (f"ran to its last step, {result['finished_at']:,}" if "finished_at" in result
+           else f"stopped at step {result['stopped_at']:,} (its newest checkpoint)")
     return "\n".join([*_run_curve_table(result["what"], result["curve"]), "",
-                      f"The run: {trained}; stopped at step {result['stopped_at']:,} (its newest checkpoint), "
-                      f"trained at {result['commit']}."])
+                      f"The run: {trained}; {end}, trained at {result['commit']}."])
 
 
 def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> list[str]:

@@ -71,3 +71,35 @@ def test_a_run_that_logged_the_holders_weight_shows_it_as_their_share(
                    "--what", "a run", "--window", "2")["o"]
     assert "p_holder" not in before["curve"]["training"][0]
     assert "holders" not in "\n".join(_run_curve_table("a run", before["curve"]))
+
+
+def test_a_finished_run_is_read_from_its_artifact_verified_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run that ran to its end has no checkpoints left: its published artifact's curve tables
+    give the same view, and an altered artifact is refused (exit 2)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from readme_tables import stopped_run_table
+
+    from realm_core.artifacts import ArtifactStore
+
+    store = ArtifactStore(tmp_path / "artifacts")
+    steps = [{"step": s, "loss": 1.0, "span_accuracy": 0.1 * s, "log_likelihood": -1.0, "p_null": 0.125,
+              "retrieval_utility": 0.5, "answer_retrieved": 0.5, "p_holder": 0.2, "learning_rate": 1e-4,
+              "index_step": 0, "staleness": s, "steps_per_s": 1.0, "blocked_s": 0.0,
+              "retriever_trained": float(s > 2)} for s in range(1, 5)]
+    evals = [{"step": 4, "span_accuracy": 0.3, "log_likelihood": -2.0, "p_null": 0.125, "retrieval_utility": 0.4,
+              "answer_retrieved": 0.4, "p_holder": 0.1, "examples": 10}]
+    with store.write("realm_model", "r" * 20, config={"steps": 4}, config_hash="h", inputs={}) as out:
+        out.table("pretrain_metrics").write(steps)
+        out.table("pretrain_eval").write(evals)
+    run = store.path("realm_model", "r" * 20)
+    kept = _main(monkeypatch, "--run", run, "--name", "f", "--commit", "abc", "--what", "a run", "--window", "2")["f"]
+    assert kept["finished_at"] == 4 and "stopped_at" not in kept and kept["retriever_trained_from_step"] == 3
+    assert [w["span_accuracy"] for w in kept["curve"]["training"]] == pytest.approx([0.15, 0.35])
+    assert kept["curve"]["heldout"][0]["span_accuracy"] == pytest.approx(0.3)
+    assert stopped_run_table(kept).endswith("The run: the encoders trained from step 3; ran to its last step, 4, "
+                                            "trained at abc.")
+    next(Path(run, "pretrain_eval").glob("*.parquet")).write_bytes(b"altered")
+    with pytest.raises(SystemExit) as stop:
+        _main(monkeypatch, "--run", run, "--name", "f", "--commit", "abc", "--what", "a run")
+    assert stop.value.code == 2 and capsys.readouterr().err.startswith(f"error: {run}/pretrain_eval/")
