@@ -1303,6 +1303,7 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "realm_gain_holder_weight": stopped_run_table,
                                             "realm_gain_temperature": retrieval_weight_table,
                                             "realm_gain_temperature_ict300": retrieval_weight_table,
+                                            "realm_gain_temperature_step1000": retrieval_weight_table,
                                             "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 
