@@ -75,36 +75,45 @@ def holder_weight(scores: np.ndarray, holds: np.ndarray, articles: list[str], te
             "holder_minus_even": {"delta": delta, "ci95": [lo, hi]}}
 
 
-def realm_encoders(source: Path, store: ArtifactStore, warm_ref: Any, reader_encoder: str) -> tuple[int, str, str]:
-    """(step, query encoder dir, document encoder dir) of a REALM run: `source` is a published
-    `realm_model` artifact (its encoders as they are, after its last step) or a training
-    checkpoint (`step-*`: its encoders' weights loaded over the warm start's architecture and
-    saved once under the work dir). Either is verified against its recorded hashes first."""
-    from safetensors.torch import load_file
-
+def realm_run(source: Path, store: ArtifactStore) -> tuple[int, Any]:
+    """(its step, its checkpoint or None) of the REALM run to measure: `source` is a published
+    `realm_model` artifact (after its last step) or a training checkpoint (`step-*`), verified
+    against its recorded hashes, before any other work."""
     from realm_core.artifacts import MANIFEST
     from realm_core.errors import ArtifactError
-    from realm_core.retrieval.encoders import RetrieverEncoder
-    from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
     from realm_core.training import read_checkpoint
 
     if (source / MANIFEST).is_file():
         run = store.open(str(source), kind="realm_model")
         run.verify(store.verify)
-        return int(run.manifest["config"]["steps"]), str(source / "query_encoder"), str(source / "doc_encoder")
+        return int(run.manifest["config"]["steps"]), None
     if not source.name.startswith("step-"):
         raise ArtifactError(f"{source}: expected a realm_model artifact or a pretraining checkpoint (step-*)")
     checkpoint = read_checkpoint(source)
+    for name in ("query_encoder", "doc_encoder"):
+        if name not in checkpoint.state.get("modules", []):
+            raise ArtifactError(f"{source / name}.safetensors: expected a pretraining checkpoint's {name} weights")
+    return checkpoint.step, checkpoint
+
+
+def realm_encoders(source: Path, checkpoint: Any, warm_ref: Any, reader_encoder: str) -> tuple[str, str]:
+    """(query encoder dir, document encoder dir) of the run `realm_run` verified: a published
+    artifact's own, or a checkpoint's weights loaded over the warm start's architecture and saved
+    once under the work dir."""
+    from safetensors.torch import load_file
+
+    from realm_core.retrieval.encoders import RetrieverEncoder
+    from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
+
+    if checkpoint is None:
+        return str(source / "query_encoder"), str(source / "doc_encoder")
     saved = work_dir() / "experiments" / "retrieval-weight" / source.parent.name / source.name
     for name, warm in (("query_encoder", query_encoder_dir(warm_ref)), ("doc_encoder", doc_encoder_dir(warm_ref))):
         if not (saved / name / "realm_retriever.json").is_file():
-            weights_file = source / f"{name}.safetensors"
-            if name not in checkpoint.state.get("modules", []):
-                raise ArtifactError(f"{weights_file}: expected a pretraining checkpoint's {name} weights")
             model = RetrieverEncoder.from_pretrained(warm)
-            model.load_state_dict(load_file(str(weights_file)), strict=True)
+            model.load_state_dict(load_file(str(source / f"{name}.safetensors")), strict=True)
             model.save_pretrained(saved / name, tokenizer_source=reader_encoder)
-    return checkpoint.step, str(saved / "query_encoder"), str(saved / "doc_encoder")
+    return str(saved / "query_encoder"), str(saved / "doc_encoder")
 
 
 def main() -> None:
@@ -135,6 +144,12 @@ def main() -> None:
     if p.warm_start == "none":
         fail("pretrain.warm_start is none: there is no starting retriever to measure")
     store = ArtifactStore(work_dir() / "artifacts")
+    checkpoint_step, checkpoint = None, None
+    if args.checkpoint:  # verified before the warm start and the examples are built
+        try:
+            checkpoint_step, checkpoint = realm_run(Path(args.checkpoint), store)
+        except RealmError as e:
+            fail(str(e))
     resolver = Resolver(cfg, store, progress=lambda: LogProgress(log, every=60))
     blocks_ref, spans_ref, warm_ref = resolver.ref("chunk"), resolver.ref("spans"), resolver.ref(p.warm_start)
 
@@ -149,13 +164,8 @@ def main() -> None:
     retrievers: dict[str, tuple[str, str]] = {
         f"{p.warm_start.upper() if p.warm_start == 'ict' else p.warm_start} warm start, {warm_steps} steps":
             (query_encoder_dir(warm_ref), doc_encoder_dir(warm_ref))}
-    checkpoint_step = None
     if args.checkpoint:
-        try:
-            checkpoint_step, query_dir, doc_dir = realm_encoders(Path(args.checkpoint), store, warm_ref,
-                                                                 p.reader_encoder)
-        except RealmError as e:
-            fail(str(e))
+        query_dir, doc_dir = realm_encoders(Path(args.checkpoint), checkpoint, warm_ref, p.reader_encoder)
         retrievers[f"REALM at step {checkpoint_step}"] = (query_dir, doc_dir)
 
     rows: dict[str, Any] = {}

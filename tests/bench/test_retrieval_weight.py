@@ -53,16 +53,21 @@ def test_a_run_to_measure_is_verified_before_its_encoders_are_read(tmp_path: Pat
                            adamw([model], 1e-3, 0.0), {})
     (step / "doc_encoder.safetensors").write_bytes(b"not the weights it recorded")
     with pytest.raises(ArtifactError, match="doc_encoder.safetensors: checkpoint file missing or altered"):
-        retrieval_weight.realm_encoders(step, store, None, "unused")
+        retrieval_weight.realm_run(step, store)
     # a published run whose encoder file changed after it was published
     with store.write("realm_model", "k" * 20, config={"steps": 40}, config_hash="h", inputs={}) as out:
         out.file("query_encoder/weights.bin").write_bytes(b"trained")
         out.file("doc_encoder/weights.bin").write_bytes(b"trained too")
     run = Path(store.path("realm_model", "k" * 20))
-    assert retrieval_weight.realm_encoders(run, store, None, "unused") == (
-        40, str(run / "query_encoder"), str(run / "doc_encoder"))
+    assert retrieval_weight.realm_run(run, store) == (40, None)
+    assert retrieval_weight.realm_encoders(run, None, None, "unused") == (
+        str(run / "query_encoder"), str(run / "doc_encoder"))
     (run / "query_encoder" / "weights.bin").write_bytes(b"altered")
     with pytest.raises(CorruptArtifactError, match="weights.bin"):
-        retrieval_weight.realm_encoders(run, store, None, "unused")
+        retrieval_weight.realm_run(run, store)
     with pytest.raises(ArtifactError, match="expected a realm_model artifact or a pretraining checkpoint"):
-        retrieval_weight.realm_encoders(tmp_path, store, None, "unused")
+        retrieval_weight.realm_run(tmp_path, store)
+    # a checkpoint of a run that did not train the encoders has none of their weights
+    reader_only = save_checkpoint(tmp_path / "reader_only", 40, {"reader": model}, adamw([model], 1e-3, 0.0), {})
+    with pytest.raises(ArtifactError, match="query_encoder.safetensors: expected a pretraining checkpoint's"):
+        retrieval_weight.realm_run(reader_only, store)
