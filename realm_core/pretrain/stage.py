@@ -126,6 +126,13 @@ def _encoders(config: PretrainConfig, retriever: ArtifactRef | None) -> tuple[Re
     return q, d
 
 
+def _blocks_encoder(blocks: Artifact, config: PretrainConfig, chunk_encoder: str | None) -> str:
+    """The tokenizer that cut the blocks, to read the spans' wordpieces again: `chunk.encoder`
+    where given, else the reader's, else the path the blocks record."""
+    where = {"chunk.encoder": chunk_encoder} if chunk_encoder else {}
+    return blocks_tokenizer(blocks, {**where, "pretrain.reader_encoder": config.reader_encoder})
+
+
 def pretrain_data(blocks: Artifact, spans: Artifact, config: PretrainConfig, masking: MaskingConfig,
                   chunk_encoder: str | None = None, counts: Counter[str] | None = None) -> PretrainData:
     """The masked examples exactly as this stage builds and splits them, with the blocks' texts and
@@ -135,9 +142,7 @@ def pretrain_data(blocks: Artifact, spans: Artifact, config: PretrainConfig, mas
     measures a run reads the same examples through this. `counts` tallies what masking skipped."""
     from realm_core.spans.masking import iter_examples
 
-    # the tokenizer that cut the blocks, to read the spans' wordpieces again
-    where = {"chunk.encoder": chunk_encoder} if chunk_encoder else {}
-    blocks_encoder = blocks_tokenizer(blocks, {**where, "pretrain.reader_encoder": config.reader_encoder})
+    blocks_encoder = _blocks_encoder(blocks, config, chunk_encoder)
     tokenizer = load_tokenizer(config.reader_encoder)
     table = blocks.read_table("blocks", ["block_id", "doc_id", "title", "text"])
     examples = list(iter_examples(blocks, spans, masking, tokenizer, counts, blocks_encoder))
@@ -171,9 +176,7 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     if cache.hit:
         return cache.hit
     blocks, spans = open_mined(store, blocks_ref, spans_ref)
-    # the tokenizer that cut the blocks, to read the spans' wordpieces again (masking)
-    where = {"chunk.encoder": chunk_encoder} if chunk_encoder else {}
-    blocks_encoder = blocks_tokenizer(blocks, {**where, "pretrain.reader_encoder": config.reader_encoder})
+    blocks_encoder = _blocks_encoder(blocks, config, chunk_encoder)
     _check_compatible(config, retriever_ref, blocks, blocks_encoder)
     placement = Placement.from_env(config.device, config.precision)
     if config.batch_size % placement.world_size:
