@@ -21,7 +21,7 @@ from realm_core.graph import PIPELINE_TARGETS, STAGES, StageRun, closure
 from realm_core.progress import PipelineEta
 
 # each stage flow by its name; which stages each owns is declared in the graph (`Stage.flow`), and
-# a stage with no flow (the reader's masked-LM warm-up, the questions, the null-only run)
+# a stage with no flow (the reader's warm-ups, the questions, the null-only run)
 # resolves as a task inside the first flow that needs it
 FLOWS: dict[str, Flow[..., dict[str, StageRun]]] = {f.name: f for f in (
     sf.ingest_corpus, sf.chunk_blocks, sf.mine_salient_spans, sf.warm_start_ict, sf.warm_start_retromae,

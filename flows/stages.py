@@ -114,9 +114,11 @@ def evaluate_retrieval(preset: Preset = "demo", config_file: ConfigFile = None, 
 def pretrain_realm(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
                    root: Root = None, force: Force = False) -> dict[str, StageRun]:
     """Salient-span masked LM over the top-k retrieved blocks plus the null block, retriever and
-    reader trained jointly; every index refresh is a `refresh-pretraining-index` subflow.
-    Rerunning a crashed run resumes from its newest checkpoint."""
-    return run_stages(("pretrain",), preset, config_file, overrides, root, force)
+    reader trained jointly; every index refresh is a `refresh-pretraining-index` subflow. Where
+    the config asks, the reader first learns to copy from a block that holds the span
+    (`pretrain.reader_copy`), and the null-only run trains beside REALM's and the two are compared
+    (`gain.enabled`). Rerunning a crashed run resumes from its newest checkpoint."""
+    return run_stages(("pretrain", "realm_gain"), preset, config_file, overrides, root, force)
 
 
 @flow(name="finetune-openqa", log_prints=True)

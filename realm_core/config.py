@@ -29,9 +29,11 @@ from realm_core.stage_config import (
 )
 from realm_core.training_config import (
     FinetuneConfig,
+    GainConfig,
     ICTConfig,
     PretrainConfig,
     ReaderBudget,
+    ReaderCopyConfig,
     ReaderMlmConfig,
     RetroMAEConfig,
     SpanReaderConfig,
@@ -41,9 +43,9 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 # The stage configs that live in stage_config and training_config are imported from here too.
 __all__ = ["BLOCK_VIEWS", "PRECISION_STAGES", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
-           "EmbedConfig", "FinetuneConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
+           "EmbedConfig", "FinetuneConfig", "GainConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
-           "QA_SYSTEM_KEYS", "QASystemKey", "SYSTEM_NAMES", "ReaderBudget", "ReaderMlmConfig", "SpanReaderConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
+           "QA_SYSTEM_KEYS", "QASystemKey", "SYSTEM_NAMES", "ReaderBudget", "ReaderCopyConfig", "ReaderMlmConfig", "SpanReaderConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
            "SpanConfig",
            "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 
@@ -297,6 +299,7 @@ class PipelineConfig(StageConfig):
     ict: ICTConfig = ICTConfig()
     retromae: RetroMAEConfig = RetroMAEConfig()
     pretrain: PretrainConfig = PretrainConfig()
+    gain: GainConfig = GainConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     openqa_eval: OpenQAEvalConfig = OpenQAEvalConfig()
     query: QueryConfig = QueryConfig()

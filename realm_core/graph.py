@@ -185,6 +185,25 @@ def _reader_mlm(i: StageInputs) -> StageResult | None:
     return run_warm_reader(i.store, _ref(i, "chunk"), i.cfg.pretrain, placement, i.progress)
 
 
+def _reader_copy(i: StageInputs) -> StageResult | None:
+    from realm_core.pretrain.reader_copy import run_reader_copy
+    from realm_core.pretrain.reader_mlm import reader_mlm_dir
+    from realm_core.retrieval.stage import encoder_hash
+
+    c = i.cfg
+    if c.pretrain.reader_copy.steps <= 0:
+        return None
+    if c.pretrain.warm_start == "none":
+        raise ConfigError("pretrain.reader_copy reads each span's holder block as a warm-started retriever "
+                          "ranks it; pretrain.warm_start is none")
+    warm = i.refs.get("reader_mlm")
+    start, start_hash = ((reader_mlm_dir(warm), warm.content_hash) if warm is not None
+                         else (c.pretrain.reader_encoder, encoder_hash(c.pretrain.reader_encoder)))
+    return run_reader_copy(i.store, _ref(i, "chunk"), _ref(i, "spans"), _ref(i, c.pretrain.warm_start), start,
+                           start_hash, c.pretrain, c.masking, c.embed, i.progress, force=i.force,
+                           chunk_encoder=c.chunk.encoder)
+
+
 def _pretrain(i: StageInputs) -> StageResult:
     from realm_core.pretrain.stage import run_pretrain
 
@@ -192,7 +211,20 @@ def _pretrain(i: StageInputs) -> StageResult:
     retriever = _ref(i, c.pretrain.warm_start) if c.pretrain.warm_start != "none" else None
     return run_pretrain(i.store, _ref(i, "chunk"), _ref(i, "spans"), retriever, c.pretrain, c.masking, c.embed,
                         c.index, i.progress, force=i.force, refresh_index=i.refresh_index,
-                        chunk_encoder=c.chunk.encoder)
+                        chunk_encoder=c.chunk.encoder, reader_start=i.refs.get("reader_copy"))
+
+
+def _realm_gain(i: StageInputs) -> StageResult | None:
+    from realm_core.pretrain.gain import run_realm_gain
+
+    c = i.cfg
+    if not c.gain.enabled:
+        return None
+    if c.pretrain.retrieval != "realm" or c.pretrain.warm_start == "none":
+        raise ConfigError("gain.enabled compares REALM with null-only: it needs pretrain.retrieval realm "
+                          "and a warm start (pretrain.warm_start)")
+    return run_realm_gain(i.store, _ref(i, "chunk"), _ref(i, "spans"), _ref(i, c.pretrain.warm_start),
+                          _ref(i, "pretrain"), _ref(i, "pretrain_null"), c, force=i.force)
 
 
 def null_only(cfg: PipelineConfig) -> PipelineConfig:
@@ -298,6 +330,19 @@ def _eval_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
     return (*names, *(f"finetune_{k}" for k in keys if k != "none"))
 
 
+def _reader_copy_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
+    return ("chunk", "spans", *_warm_start(cfg), "reader_mlm") if cfg.pretrain.reader_copy.steps > 0 else ()
+
+
+def _pretrain_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
+    copies = ("reader_copy",) if cfg.pretrain.reader_copy.steps > 0 else ()
+    return ("chunk", "spans", *_warm_start(cfg), "reader_mlm", *copies)
+
+
+def _gain_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
+    return ("chunk", "spans", *_warm_start(cfg), "pretrain", "pretrain_null") if cfg.gain.enabled else ()
+
+
 def _embed_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
     return ("chunk", *(_warm_start(cfg) if cfg.embed.encoder_from == "warm_start" else ()))
 
@@ -321,12 +366,14 @@ STAGES: tuple[Stage, ...] = (
     Stage("retrieval_eval", "retrieval evaluation", ("retrieval_eval", "embed", "ict"), _after("chunk", "ict"),
           _retrieval_eval, flow="evaluate-retrieval"),
     Stage("reader_mlm", "reader masked-LM warm-up", ("pretrain",), _after("chunk"), _reader_mlm, distributed=True),
+    Stage("reader_copy", "reader warm start (copying from a block that holds the span)",
+          ("pretrain", "masking", "embed"), _reader_copy_upstream, _reader_copy, distributed=True),
     Stage("pretrain", "pretrain", ("pretrain", "masking", "embed", "index"),
-          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True,
-          flow="pretrain-realm"),
+          _pretrain_upstream, _pretrain, distributed=True, flow="pretrain-realm"),
     Stage("pretrain_null", "pretrain, null block only (BERT baseline)", ("pretrain", "masking", "embed", "index"),
-          lambda cfg: ("chunk", "spans", *_warm_start(cfg), "reader_mlm"), _pretrain, distributed=True,
-          variant=null_only),
+          _pretrain_upstream, _pretrain, distributed=True, variant=null_only),
+    Stage("realm_gain", "REALM against null-only", ("gain", "pretrain", "masking", "embed", "retrieval_eval", "questions"),
+          _gain_upstream, _realm_gain, flow="pretrain-realm"),
     Stage("questions", "questions", ("questions",), _none, _questions),
     # the first phase of fine-tuning: the span reader on each training question's own paragraph
     Stage("gold_reader", "gold-paragraph reader, from the baseline reader", ("finetune",),
@@ -343,7 +390,7 @@ STAGES: tuple[Stage, ...] = (
 )
 BY_NAME = {s.name: s for s in STAGES}
 # what the full pipeline builds; everything upstream of these comes with them
-PIPELINE_TARGETS = ("index", "retrieval_eval", "pretrain", "openqa_eval")
+PIPELINE_TARGETS = ("index", "retrieval_eval", "pretrain", "realm_gain", "openqa_eval")
 
 
 def stage(name: str) -> Stage:

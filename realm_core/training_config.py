@@ -98,6 +98,40 @@ class ReaderMlmConfig(StageConfig):
     seed: int = 0
 
 
+class ReaderCopyConfig(StageConfig):
+    """The reader's warm start between its masked-LM warm-up and REALM: trained to predict each
+    training example's masked span reading one block that holds it (the allowed holder the
+    warm-started retriever scores highest), so that REALM's marginal likelihood starts from a
+    reader that copies from retrieved blocks. From a reader that does not, every REALM run on the
+    demo corpus collapsed onto the null block; from one that does, REALM gained over null-only
+    (docs/experiments/realm-gain.md). Blocks and examples of held-out articles are never read."""
+
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"checkpoint_every"})
+
+    steps: int = Field(0, ge=0, description="0: off; pretraining starts from the masked-LM warm-up's reader")
+    batch_size: int = Field(16, ge=1, description="examples per step, each read with its one holder block")
+    learning_rate: float = Field(1e-4, gt=0, description="peak rate")
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    pool: int = Field(3, ge=1, description="training examples searched for a holder block: this many "
+                      "times steps x batch_size, drawn in a seeded order")
+    eval_every: int = Field(0, ge=0, description="steps between readings of the recoverable held-out "
+                            "examples with their holder block and with the null block (the stage's curve); "
+                            "0: once, at the end")
+    checkpoint_every: int = Field(50, ge=1)
+
+
+class GainConfig(StageConfig):
+    """REALM against its null-only baseline: both pretraining runs, the same batches and held-out
+    spans, compared in one report (held-out accuracy on all and on recoverable spans, paired over
+    articles; where REALM's retriever now puts the span-holding block; zero-shot recall)."""
+
+    enabled: bool = Field(False, description="run null-only pretraining beside REALM's and compare them")
+    resamples: int = Field(10_000, ge=100, description="bootstrap resamples of articles (or questions)")
+    zero_shot: bool = Field(True, description="SQuAD-open dev recall@5/@20 before and after REALM, paired")
+
+
 class PretrainConfig(TrainerConfig):
     """REALM pretraining (Guu et al. 2020 §3-§4). The masked queries come from `masking`."""
 
@@ -129,6 +163,8 @@ class PretrainConfig(TrainerConfig):
         "sentence embedding, e.g. a copy-trained one")
     reader_mlm: ReaderMlmConfig = Field(default_factory=ReaderMlmConfig,
                                         description="masked-LM warm-up of the reader on the blocks first")
+    reader_copy: ReaderCopyConfig = Field(default_factory=ReaderCopyConfig,
+                                          description="then the reader taught to copy a span from a block that holds it")
     retrieval: Literal["realm", "null_only"] = Field(
         "realm", description="null_only: the null block alone, i.e. BERT-style MLM (Table 2 baseline)")
     freeze_retriever: bool = Field(False, description="Table 2 ablation: no gradient into either encoder")

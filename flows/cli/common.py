@@ -34,7 +34,7 @@ data_app = typer.Typer(help="The data sources registry (data/sources.yaml): list
 app.add_typer(data_app, name="data")
 out = Console(markup=False)  # reports and values hold user text: print it as it is
 
-Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (laptop), paper")]
+Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (a laptop in minutes), laptop (REALM's gain overnight on 2 cores), gpu (the same on one GPU in minutes), paper (the 13 M-block run)")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
                                                     help="YAML file of stage sections")]
 Overrides = Annotated[list[str] | None, typer.Option(

@@ -23,7 +23,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 # smallest first (the order of the run forms' choice and of `--help`), any other preset after them
-ORDER = ("tiny", "demo", "paper")
+ORDER = ("tiny", "demo", "laptop", "gpu", "paper")
 PRESETS: dict[str, dict[str, Any]] = {
     p.stem: _load(p) for p in sorted(FOLDER.glob("*.yaml"),
                                      key=lambda p: (ORDER.index(p.stem) if p.stem in ORDER else len(ORDER), p.stem))}

@@ -59,9 +59,11 @@ def allowed_holders(example: MaskedExample, locator: SpanLocator, blocks: BlockT
 
 
 def oracle_blocks(examples: Sequence[MaskedExample], query_vectors: np.ndarray, block_vectors: np.ndarray,
-                  locator: SpanLocator, blocks: BlockTexts, exclusion: str, ranks: bool = True) -> OracleBlocks:
+                  locator: SpanLocator, blocks: BlockTexts, exclusion: str, ranks: bool = True,
+                  readable: np.ndarray | None = None) -> OracleBlocks:
     """The allowed block holding each example's span that the retriever scores highest, and (with
-    `ranks`) its rank among the allowed blocks.
+    `ranks`) its rank among the allowed blocks; `readable` (N,) bool, given, keeps the holders to
+    the blocks it marks (the reader warm start reads no block of a held-out article).
 
     query_vectors: (E, D); block_vectors: (N, D), the index's vectors of every block."""
     if len(query_vectors) != len(examples):
@@ -71,6 +73,8 @@ def oracle_blocks(examples: Sequence[MaskedExample], query_vectors: np.ndarray, 
     count = np.zeros(len(examples), dtype=np.int64)
     for i, ex in enumerate(examples):
         ok = allowed_holders(ex, locator, blocks, exclusion)
+        if readable is not None:
+            ok = ok[readable[ok]]
         count[i] = len(ok)
         if not len(ok):
             continue

@@ -154,8 +154,10 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
                  retriever_ref: ArtifactRef | None, config: PretrainConfig, masking: MaskingConfig,
                  embed: EmbedConfig, index_config: IndexConfig, progress: Progress | None = None,
                  force: bool = False, refresh_index: RefreshIndex | None = None,
-                 chunk_encoder: str | None = None) -> StageResult:
-    """Pretrain; `refresh_index(embed, index_root)` re-embeds the blocks with
+                 chunk_encoder: str | None = None, reader_start: ArtifactRef | None = None) -> StageResult:
+    """Pretrain; `reader_start`, given, is the reader warm start's artifact the reader starts from
+    (else the masked-LM warm-up's, or `pretrain.reader_encoder` itself where that is off);
+    `refresh_index(embed, index_root)` re-embeds the blocks with
     `embed.doc_encoder` and builds the new index version under `index_root` (default: the
     retrieval stages called directly; the Prefect flow passes its refresh-index subflow).
     `chunk_encoder` (the config's `chunk.encoder`) is where the blocks' tokenizer is now, tried
@@ -170,6 +172,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
               "reader": encoder_hash(config.reader_encoder), "masking": masking.config_hash(),
               "embed": embed.config_hash(), "index": index_config.config_hash(),
               "code": code_version((__name__,), ("torch", "transformers"))}
+    if reader_start is not None:
+        inputs["reader_start"] = reader_start.content_hash
     if config.fresh_encoder is not None and retriever_ref is None:  # hashed by content: a moved copy hits
         inputs["fresh_encoder"] = encoder_hash(config.fresh_encoder)
     cache = CachedStage(store, KIND, config, inputs, force)
@@ -183,8 +187,12 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         raise ConfigError(f"pretrain.batch_size={config.batch_size} does not split evenly over "
                           f"{placement.world_size} ranks")
     query_encoder, doc_encoder = _encoders(config, retriever_ref)
-    reader_source, warmup_stats, warmup_report = config.reader_encoder, None, ""
-    if (warmup := run_warm_reader(store, blocks_ref, config, placement, progress)) is not None:
+    reader_source, warmup_report = config.reader_encoder, ""
+    warmup_stats: dict[str, Any] | None = None
+    if reader_start is not None:
+        reader_source = str(Path(reader_start.path) / "reader")
+        warmup_stats = {"artifact": reader_start.path, "kind": reader_start.kind}
+    elif (warmup := run_warm_reader(store, blocks_ref, config, placement, progress)) is not None:
         reader_source = reader_mlm_dir(warmup.ref)
         warmup_stats = {"artifact": warmup.ref.path, "cached": warmup.cached, **warmup.stats}
         warmup_report = warmup.report + "\n\n"
