@@ -119,6 +119,13 @@ class Curves:
     resumed_at: list[int] = field(default_factory=list)  # the checkpoint steps it resumed from
 
 
+def batch_picks(config: PretrainConfig, step: int, n_train: int) -> np.ndarray:
+    """(B,) the training examples of step `step`: a function of (seed, step) alone, so REALM and
+    its null-only baseline, and a run resumed at any step, read the same batches."""
+    rng = np.random.default_rng(step_seed(config.seed, step))
+    return rng.choice(n_train, size=min(config.batch_size, n_train), replace=False)
+
+
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig,
                   placement: Placement | None = None,
@@ -352,8 +359,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         if index_at is not None and (wanted := place.broadcast_int(wanted)) != (index.step if index else None):
             index = index_at(wanted)
         # get batch: a function of (seed, step) only; each rank reads its slice
-        rng = np.random.default_rng(step_seed(config.seed, step))
-        picks = rng.choice(len(data.train), size=min(config.batch_size, len(data.train)), replace=False)
+        picks = batch_picks(config, step, len(data.train))  # (B,)
         examples = place.shard([data.train[i] for i in picks])
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
         set_learning_rate(optimizer, lr)
