@@ -229,20 +229,23 @@ def add_documents(resolver: Resolver, paths: Sequence[str] = (), kind: str = "js
     if not wanted:
         raise ConfigError(f"{resolver.store.root}: no index and no trained retriever to embed new blocks with; "
                           "run the pipeline first (`make demo` or `realm pipeline`)")
-    previous = corpus.current_number()
-    if previous is None:
-        say("knowledge corpus: its first version is the pretraining corpus")
-        first_version(resolver, corpus, wanted, progress)
-    current = corpus.current()
-    assert current is not None
-    # the encoders searched with now, and any the corpus tracked before (kept current too)
-    configs = dict(wanted)
-    for h, entry in current.encoders.items():
-        configs.setdefault(h, EmbedConfig.model_validate({**entry["embed"],
-                                                          "doc_encoder": resolver.store.resolve(entry["spec"])}))
-    tracked = {h: (encoder_entry(resolver.store, c), block_embedder(c)) for h, c in configs.items()}
-    version, counts = grow(corpus, documents, chunker(resolver), tracked, remove_docs, remove_sources,
-                           reembed_all, say)
+    # one hold from reading the pointer to publishing: a first version made once, never beside
+    # another writer's, and the version this add is built on is the one it replaces
+    with corpus.lock():
+        previous = corpus.current_number()
+        if previous is None:
+            say("knowledge corpus: its first version is the pretraining corpus")
+            first_version(resolver, corpus, wanted, progress)
+        current = corpus.current()
+        assert current is not None
+        # the encoders searched with now, and any the corpus tracked before (kept current too)
+        configs = dict(wanted)
+        for h, entry in current.encoders.items():
+            configs.setdefault(h, EmbedConfig.model_validate({**entry["embed"],
+                                                              "doc_encoder": resolver.store.resolve(entry["spec"])}))
+        tracked = {h: (encoder_entry(resolver.store, c), block_embedder(c)) for h, c in configs.items()}
+        version, counts = grow(corpus, documents, chunker(resolver), tracked, remove_docs, remove_sources,
+                               reembed_all, say)
     return Added(version.number, previous, counts, time.perf_counter() - t0, sorted(tracked))
 
 

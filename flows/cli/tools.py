@@ -42,8 +42,9 @@ def verify(root: Root = None,
            sizes_only: Annotated[bool, typer.Option("--sizes-only", help="check each file's size, not its "
                                                                           "sha256 (what object storage checks on a hit)")] = False,
            json_out: Annotated[Path | None, typer.Option("--json", help="also write the report as JSON here")] = None) -> None:
-    """Check every published artifact under the root against its manifest (each file present, of
-    its size and, unless --sizes-only, of its sha256) and report what each check cost. A cache
+    """Check every published artifact under the root, and every version of its knowledge corpus,
+    against its manifest (each file present, of its size and, unless --sizes-only, of its sha256)
+    and report what each check cost. A cache
     hit runs the same check on the artifact it serves; this one reads the whole store.
     Exits 2 naming each damaged artifact (recompute it with --force on its stage).
 
@@ -54,6 +55,7 @@ def verify(root: Root = None,
     from realm_core.artifacts import MANIFEST, ArtifactStore
     from realm_core.config import work_dir
     from realm_core.errors import CorruptArtifactError, RealmError
+    from realm_core.retrieval.knowledge_versions import FOLDER, KnowledgeCorpus
 
     with errors():
         where = str(root or work_dir() / "artifacts")
@@ -66,10 +68,15 @@ def verify(root: Root = None,
             raise RealmError(f"{store.root}: no published artifacts to verify")
         damaged, total_bytes = [], 0
         t0 = time.perf_counter()
+        knowledge = f"{str(store.root).rstrip('/')}/{FOLDER}/"
         for manifest in manifests:
             path = manifest.rsplit("/", 1)[0]
             try:
-                total_bytes += store.open(path).verify(mode)
+                if path.startswith(knowledge):  # a knowledge corpus version: its own manifest form
+                    number = int(path.rsplit("/", 1)[1][1:])
+                    total_bytes += KnowledgeCorpus(Path(knowledge)).version(number).verify(sizes_only)
+                else:
+                    total_bytes += store.open(path).verify(mode)
             except CorruptArtifactError as e:
                 damaged.append(str(e))
         seconds = time.perf_counter() - t0

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -129,15 +130,16 @@ class KnowledgeVersion:
         out[self.block_ids] = rows
         return out
 
-    def verify(self) -> int:
-        """Check every file the manifest lists (presence, size, sha256); the bytes read."""
+    def verify(self, sizes_only: bool = False) -> int:
+        """Check every file the manifest lists (presence, size and, unless `sizes_only`, sha256);
+        the bytes checked."""
         total = 0
         for name, entry in self.manifest["files"].items():
             path = self.path / name
             if not path.is_file() or path.stat().st_size != entry["size"]:
                 raise CorruptArtifactError(str(path), f"expected {entry['size']:,} bytes as the knowledge "
                                                       "version's manifest lists")
-            if sha256_file(path) != entry["sha256"]:
+            if not sizes_only and sha256_file(path) != entry["sha256"]:
                 raise CorruptArtifactError(str(path), "its sha256 differs from the manifest's")
             total += entry["size"]
         return total
@@ -192,6 +194,8 @@ class KnowledgeCorpus:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._holder: int | None = None  # the thread holding the lock through this object
+        self._depth = 0
 
     @classmethod
     def of_store(cls, store: Any) -> KnowledgeCorpus:
@@ -221,21 +225,45 @@ class KnowledgeCorpus:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """One update at a time (a second waits): versions are numbered in order."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
+        """Every change of the corpus (its first version, an add, a removal, a rollback) holds this
+        from reading the current pointer to publishing, so that no change is built on a version
+        another has replaced: other processes and threads wait. Re-entrant in the thread that
+        holds it (an add that makes the first version publishes twice under one hold). Taking
+        it, a writer removes what dead writers left (`.tmp-*` folders, pointer temp files)."""
+        me = threading.get_ident()
+        if self._holder == me:
+            self._depth += 1
             try:
                 yield
             finally:
+                self._depth -= 1
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            self._holder, self._depth = me, 1
+            try:
+                self._remove_leftovers()
+                yield
+            finally:
+                self._holder, self._depth = None, 0
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def _remove_leftovers(self) -> None:
+        """With the lock held no other writer is mid-publish: every temp folder or pointer file
+        here is a dead writer's."""
+        for p in [*self.root.glob(".tmp-v*"), *self.root.glob(f".{POINTER}.*")]:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
     def set_current(self, number: int) -> None:
-        """Make version `number` current (also a rollback); the pointer file is replaced whole."""
-        self.version(number)  # exists and reads
-        tmp = self.root / f".{POINTER}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
-        tmp.write_text(json.dumps({"version": number}))
-        os.replace(tmp, self.root / POINTER)
+        """Make version `number` current (also a rollback), under the lock: a rollback waits for
+        an add in flight, and the add's version is then the one rolled back from. The pointer file
+        is replaced whole."""
+        with self.lock():
+            self.version(number)  # exists and reads
+            tmp = self.root / f".{POINTER}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+            tmp.write_text(json.dumps({"version": number}))
+            os.replace(tmp, self.root / POINTER)
 
     def publish(self, table: pa.Table, vectors: dict[str, np.ndarray], encoders: dict[str, dict[str, Any]],
                 next_block_id: int, extra: dict[str, Any]) -> KnowledgeVersion:
@@ -250,6 +278,11 @@ class KnowledgeCorpus:
             if v.shape[0] != table.num_rows or not np.isfinite(v).all():
                 raise ArtifactError(f"{self.root}: vectors of {h[:16]}: {v.shape[0]} rows for {table.num_rows} "
                                     "blocks, or not finite")
+        with self.lock():
+            return self._publish(table, vectors, encoders, next_block_id, extra)
+
+    def _publish(self, table: pa.Table, vectors: dict[str, np.ndarray], encoders: dict[str, dict[str, Any]],
+                 next_block_id: int, extra: dict[str, Any]) -> KnowledgeVersion:
         number = max(self.versions(), default=0) + 1
         tmp = self.root / f".tmp-{version_name(number)}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)

@@ -255,3 +255,94 @@ def test_the_query_side_reads_in_int8_when_asked(root: str) -> None:
     # its answer is a span of a block it read, where that block says it is
     assert int8.answer and int8.block_id in int8.block_ids and int8.block_text is not None
     assert int8.block_text[int8.char_start:int8.char_end] == int8.answer
+
+
+def _fresh(root: str, dest: Path) -> str:
+    """A copy of the trained store without a knowledge corpus: the next add makes its first version."""
+    shutil.copytree(root, dest)
+    shutil.rmtree(dest / "knowledge", ignore_errors=True)
+    return str(dest)
+
+
+def test_concurrent_first_adds_lose_nothing_and_make_one_first_version(root: str, tmp_path: Path) -> None:
+    import threading
+
+    for attempt in range(3):
+        store = _fresh(root, tmp_path / f"s{attempt}")
+        errors: list[BaseException] = []
+
+        def add(i: int, store: str, notes: Path, errors: list[BaseException]) -> None:
+            try:
+                add_documents(_resolver(store), [str(notes)])
+            except BaseException as e:  # noqa: BLE001  a failure in a thread is the test's
+                errors.append(e)
+
+        threads = [threading.Thread(target=add, args=(i, store, _notes(tmp_path / f"n{attempt}-{i}.jsonl", FACT,
+                                                                         f"d{i}"), errors)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        corpus = KnowledgeCorpus(Path(store) / "knowledge")
+        live = corpus.current()
+        assert live is not None
+        docs = live.table.column("doc_id").to_pylist()
+        # every acknowledged document live, its blocks once; one first version, each later one
+        # built on the one before it
+        ids = [f"n{attempt}-{i}:d{i}" for i in range(3)]  # each file's name is its documents' source
+        assert set(ids) <= set(docs) and len({docs.count(d) for d in ids}) == 1
+        firsts = [v for v in corpus.versions() if corpus.version(v).manifest["parent"] is None]
+        assert firsts == [1] and corpus.versions() == [1, 2, 3, 4]
+        assert [corpus.version(v).manifest["parent"] for v in (2, 3, 4)] == [1, 2, 3]
+        assert not list((Path(store) / "knowledge").glob(".tmp-*"))
+
+
+def test_a_rollback_waits_for_an_add_in_flight(root: str, tmp_path: Path) -> None:
+    import threading
+
+    store = _fresh(root, tmp_path / "s")
+    add_documents(_resolver(store), [str(_notes(tmp_path / "a.jsonl", FACT, "a"))])  # versions 1 and 2
+    corpus = KnowledgeCorpus(Path(store) / "knowledge")
+    rollback = threading.Thread(target=corpus.set_current, args=(1,))
+    seen: list[bool] = []
+
+    def log(line: str) -> None:  # said with the add's lock held
+        if "new blocks to embed" in line and not rollback.is_alive() and not seen:
+            rollback.start()
+            rollback.join(2.0)
+            seen.append(rollback.is_alive())  # still waiting for the add's lock
+
+    added = add_documents(_resolver(store), [str(_notes(tmp_path / "b.jsonl", FACT, "b"))], log=log)
+    rollback.join()
+    assert seen == [True] and (added.previous, added.version) == (2, 3)
+    assert corpus.current_number() == 1  # the rollback came after the add, as it was asked after it
+
+
+def test_a_dead_writers_temp_folder_is_removed_by_the_next(root: str, tmp_path: Path) -> None:
+    store = _fresh(root, tmp_path / "s")
+    add_documents(_resolver(store), [str(_notes(tmp_path / "a.jsonl", FACT, "a"))])
+    left = Path(store) / "knowledge" / ".tmp-v00000003-deadbeef"
+    left.mkdir()
+    (left / "blocks.parquet").write_bytes(b"half")
+    add_documents(_resolver(store), [str(_notes(tmp_path / "b.jsonl", FACT, "b"))])
+    assert not left.exists() and KnowledgeCorpus(Path(store) / "knowledge").current_number() == 3
+
+
+def test_verify_checks_knowledge_versions_beside_the_artifacts(root: str, tmp_path: Path) -> None:
+    store = _fresh(root, tmp_path / "s")
+    add_documents(_resolver(store), [str(_notes(tmp_path / "a.jsonl", FACT, "a"))])
+
+    def verify() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "flows.cli", "verify", "--root", store],
+                              capture_output=True, text=True, timeout=600)
+
+    ok = verify()
+    assert ok.returncode == 0 and "every artifact matches its manifest" in ok.stdout, ok.stdout + ok.stderr
+    vectors = next((Path(store) / "knowledge" / "v00000002").glob("vectors-*.npy"))
+    data = bytearray(vectors.read_bytes())
+    data[-1] ^= 0xFF
+    vectors.write_bytes(bytes(data))
+    bad = verify()
+    assert bad.returncode == 2 and f"{vectors}" in bad.stderr and "sha256" in bad.stderr
+    assert "Traceback" not in bad.stderr
