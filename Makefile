@@ -23,7 +23,7 @@ QA_PORT ?= 8000
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism realm-gain realm-reading realm-copy-start realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
+.PHONY: venv demo test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism laptop realm-reading realm-copy-start realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
 
 venv: $(STAMP)
 
@@ -96,34 +96,19 @@ realm-mechanism: $(STAMP)
 	$(BIN)/python experiments/realm_mechanism.py $(MECHANISM_ARGS)
 	$(BIN)/python bench/readme_tables.py realm_mechanism
 
-# REALM against null-only on the demo corpus, both from a reader that copies, then the open-QA 2x2
-# on the same runs (docs/experiments/realm-gain.md): the warm-up reader copy-trained (its held-out
-# curve in bench/results/realm_reading_copy_curve.json), both pretraining runs from it, the 2x2,
-# and the span-holding block's rank under REALM's encoders against ICT's. Hours on 2 cores; run it
-# again after a stop and each run resumes from its newest checkpoint. GAIN_SET adds settings to
-# the pretraining runs and the 2x2 (a GPU's budget: GAIN_SET="--set pretrain.steps=4000"), and
-# GAIN_TAG to the names of its three results files, so that a variant keeps the pair beside it
-# (GAIN_SET="--set pretrain.copy_weight=1" GAIN_TAG=_copy_objective writes pretrain_copy_objective.json).
-GAIN_COPY_ARGS ?= --copy-steps 1200 --copy-batch 16 --copy-eval-every 200
-GAIN_SET ?=
-GAIN_TAG ?=
-GAIN = --config experiments/configs/realm_gain.yaml $(PRECISION_SET)
-realm-gain: $(STAMP)
-	$(BIN)/python experiments/realm_reading.py $(GAIN) $(GAIN_COPY_ARGS) --eval-examples 0 --name realm_reading_copy_curve
-	@reader="$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/realm_reading_copy_curve.json"))["copy_training"]["reader"])')"; \
-	set -ex; \
-	start="--set pretrain.reader_mlm.steps=0 --set pretrain.reader_encoder=$$reader $(GAIN_SET)"; \
-	$(BIN)/python experiments/pretrain.py $(GAIN) $$start --name pretrain$(GAIN_TAG); \
-	$(BIN)/realm evaluate --preset demo $(GAIN) $$start \
-		--set finetune.reader_start=reader_mlm --set 'openqa_eval.datasets=[squad-open]' \
-		--system ict --system realm --system ict_realm_reader --system realm_baseline_reader \
-		--system ict_null_reader --json bench/results/openqa_gain$(GAIN_TAG).json; \
-	$(BIN)/python experiments/realm_reading.py $(GAIN) $$start --eval-examples 0 --name realm_reading_gain$(GAIN_TAG)
-	$(BIN)/python bench/readme_tables.py
+# REALM's measured gain and Table 1 under REALM's own fine-tuning, end to end on 2 cores overnight
+# (the `laptop` preset: docs/experiments/realm-gain.md): the reader warm start, REALM and null-only
+# on the same batches, their comparison, every system's open-domain phase, then the run's record
+# in bench/results/laptop.json. Run it again after any stop: each stage resumes from its cache or
+# newest checkpoint. `make laptop PRESET=gpu` runs the same recipe at a GPU's budget.
+PRESET ?= laptop
+laptop: $(STAMP)
+	$(BIN)/realm pipeline --preset $(PRESET) $(PRECISION_SET)
+	$(BIN)/realm record --preset $(PRESET) $(PRECISION_SET) --json bench/results/$(PRESET).json
 
 # Does the pretraining reader copy a span from a block that holds it, and can it be taught to?
 # (docs/experiments/realm-gain.md, "Does the reader read?"). About an hour on 2 cores; the readers
-# of REALM's and null-only's runs are measured too where `make realm-gain` has trained them.
+# of REALM's and null-only's runs are measured too where `experiments/pretrain.py` has trained them.
 # READING_NAME names its result file, which `make realm-copy-start` reads the reader from.
 READING_ARGS ?= --copy-steps 400 --copy-batch 16 --eval-examples 500
 READING_NAME ?= realm_reading

@@ -4,6 +4,7 @@ and pass artifact references (path + content hash), never data."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any, cast
 from uuid import UUID
@@ -17,6 +18,8 @@ from prefect.artifacts import (
 
 from flows import stages as sf
 from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import PROJECT_DIR
 from realm_core.graph import PIPELINE_TARGETS, STAGES, StageRun, closure
 from realm_core.progress import PipelineEta
 
@@ -40,6 +43,17 @@ def summary_markdown(preset: str, stages: dict[str, StageRun]) -> str:
     return "\n".join(lines)
 
 
+def shipped_seconds(preset: str) -> dict[str, float]:
+    """Each stage's seconds in the project's own record of a run of `preset` (bench/results/<preset>.json,
+    where one is committed): what a fresh store's progress line estimates from."""
+    path = PROJECT_DIR / "bench" / "results" / f"{preset}.json"
+    try:
+        stages = json.loads(path.read_text()).get("stages", {})
+        return {k: float(v) for k, v in stages.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 @flow(name="realm", log_prints=True)
 @described
 def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overrides: Overrides = None,
@@ -53,7 +67,8 @@ def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overr
     plan = closure(cfg, PIPELINE_TARGETS)
     reports = Path(root).parent / "reports" if "://" not in root else None
     # one line for the whole run: stages done, elapsed, and the rest at their last computed times
-    eta = PipelineEta(list(plan), reports / f"stage-seconds-{preset}.json" if reports else None)
+    eta = PipelineEta(list(plan), reports / f"stage-seconds-{preset}.json" if reports else None,
+                      shipped_seconds(preset))
     bar = cast(UUID, create_progress_artifact(progress=0.0, key="realm-pipeline-progress",
                                    description=f"realm pipeline ({preset}): {eta.line()}"))  # sync inside a sync flow
     runs: dict[str, StageRun] = {}
@@ -71,6 +86,12 @@ def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overr
                                  description=f"realm pipeline ({preset}): {eta.line()}")
     eta.save()
     ordered = {name: runs[name] for name in plan if name in runs}
+    if reports is not None and cfg.gain.enabled and ordered.get("openqa_eval") and ordered["openqa_eval"].ref:
+        from realm_core.run_record import run_record, stage_seconds
+
+        record = run_record(cfg, ArtifactStore(root), stage_seconds(reports, preset))
+        (reports / f"record-{preset}.json").write_text(json.dumps(record, indent=2) + "\n")
+        print(f"the run's record: {reports / f'record-{preset}.json'} (`realm record` writes it again)")
     md = summary_markdown(preset, ordered)
     create_markdown_artifact(markdown=md, key="realm-pipeline", description="stage summary")
     md += "".join(f"\n\n## {name}\n\n{r.report}" for name, r in ordered.items() if r.report)

@@ -160,9 +160,12 @@ class PipelineEta:
     a cache hit takes no time, so the estimate is for the rest computed; a stage never computed
     here has no time yet, and the line says how many of those remain."""
 
-    def __init__(self, plan: list[str], history: Path | None) -> None:
+    def __init__(self, plan: list[str], history: Path | None, shipped: dict[str, float] | None = None) -> None:
         self.plan, self.history = list(plan), history
         self.t0 = time.monotonic()
+        # a fresh store estimates from the stage times the project measured for this preset
+        # (`shipped`, its bench/results record); this store's own times replace them
+        self.shipped = dict(shipped or {})
         self.known: dict[str, float] = {}
         if history is not None and history.is_file():
             try:
@@ -178,7 +181,8 @@ class PipelineEta:
     def left(self) -> tuple[float, int]:
         """Seconds the remaining stages took when last computed, and how many have no time."""
         rest = [s for s in self.plan if s not in self.finished]
-        return sum(self.known.get(s, 0.0) for s in rest), sum(s not in self.known for s in rest)
+        times = self.shipped | self.known
+        return sum(times.get(s, 0.0) for s in rest), sum(s not in times for s in rest)
 
     def fraction(self) -> float:
         """Share of the run done, weighted by the stages' known times (by count where none are)."""
@@ -197,7 +201,9 @@ class PipelineEta:
         left, unknown = self.left()
         if unknown == rest:
             return text + f", {_count(rest, 'stage')} to go (no time left yet: none has been computed on this store)"
-        text += f", about {_duration(left)} left at their last computed times"
+        where = "their last computed times" if not self.shipped or all(
+            s in self.known for s in self.plan if s not in self.finished) else "the times the project measured"
+        text += f", about {_duration(left)} left at {where}"
         return text + (f" (and {_count(unknown, 'stage')} never computed here)" if unknown else "")
 
     def save(self) -> None:

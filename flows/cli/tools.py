@@ -146,3 +146,34 @@ def pipeline(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         result = full_pipeline(preset=cast(PresetName, preset), config_file=str(config) if config else None,
                                overrides=overrides or [], root=root, force=force, dask=dask)
         out.print_json(json.dumps(result))
+
+
+@app.command()
+def record(preset: Preset = "laptop", config: ConfigFile = None, overrides: Overrides = None, root: Root = None,
+           json_out: Annotated[Path | None, typer.Option("--json", help="write the record here (default: "
+                                                          "<work>/reports/record-<preset>.json)")] = None) -> None:
+    """The record of a finished `realm pipeline` run of a preset that compares REALM with null-only (laptop, gpu): each stage's seconds, the held-out gain with its intervals, zero-shot recall, Table 1 with paired EM intervals and McNemar p. Read from the run's artifacts; nothing is trained (a stage missing from the store is an error).
+
+    Example: realm record --preset laptop --json bench/results/laptop.json"""
+    with errors():
+        from realm_core.artifacts import ArtifactStore
+        from realm_core.config import load_config, work_dir
+        from realm_core.errors import MissingArtifactError
+        from realm_core.run_record import run_record, stage_seconds
+
+        cfg = load_config(preset, config, overrides or [])
+        store_root = root or str(work_dir() / "artifacts")
+        reports = Path(store_root).parent / "reports"
+        try:
+            result = run_record(cfg, ArtifactStore(store_root), stage_seconds(reports, preset))
+        except MissingArtifactError as e:
+            raise MissingArtifactError(f"{e}; run `realm pipeline --preset {preset}` to its end first") from None
+        target = json_out or reports / f"record-{preset}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(target)
+        g = result["heldout"]["gain"]
+        out.print(f"{preset}: REALM - null-only on {result['heldout']['examples']:,} held-out spans "
+                  f"{100 * g['accuracy_delta']:+.1f} points [{100 * g['accuracy_ci95'][0]:+.1f}, "
+                  f"{100 * g['accuracy_ci95'][1]:+.1f}]; wrote {target}")

@@ -36,3 +36,16 @@ def test_an_unreadable_record_costs_only_the_estimate(tmp_path: Path) -> None:
     eta.save()
     assert json.loads(history.read_text()) == {"ingest": 2.0}
     assert PipelineEta(["ingest"], None).line().startswith("pipeline: 0/1 stages")  # a remote store keeps none
+
+
+def test_a_fresh_store_estimates_from_the_times_the_project_measured(tmp_path: Path) -> None:
+    shipped = {"ingest": 60.0, "chunk": 120.0, "pretrain": 3600.0}
+    fresh = PipelineEta(["ingest", "chunk", "pretrain"], tmp_path / "none.json", shipped)
+    assert "about 63 min left at the times the project measured" in fresh.line()
+    fresh.record("ingest", computed=True, seconds=10.0)
+    fresh.save()
+    later = PipelineEta(["ingest", "chunk", "pretrain"], tmp_path / "none.json", shipped)
+    later.record("ingest", computed=False, seconds=0.1)
+    assert "about 62 min left" in later.line()  # this store's own time replaced the shipped one
+    only_own = PipelineEta(["ingest"], tmp_path / "none.json", shipped)
+    assert "at their last computed times" in only_own.line()

@@ -1,0 +1,75 @@
+"""A pipeline run's record: what the `laptop` and `gpu` presets measured, in one JSON document
+read from the run's artifacts (never recomputed): each stage's seconds when it was computed, the
+held-out gain of REALM over null-only (`realm_gain`), zero-shot recall, and Table 1 with paired
+intervals (`openqa_eval`). `realm record` writes it; README's and the docs' tables are rendered
+from the copy in bench/results."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from realm_core.artifacts import ArtifactStore
+from realm_core.config import PipelineConfig
+
+
+def cpu_name() -> str:
+    """The processor's model name (lscpu's), or the platform's word for it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[str, float]) -> dict[str, Any]:
+    """The record of the run of `cfg` whose artifacts are in `store` (every stage must be there:
+    nothing is trained here); `stage_seconds`: each stage's seconds when it was computed."""
+    from realm_core.cache import existing_artifacts_only
+    from realm_core.graph import PIPELINE_TARGETS, Resolver, closure
+
+    resolver = Resolver(cfg, store)
+    with existing_artifacts_only():
+        gain = resolver.run("realm_gain")
+        pretrain = resolver.run("pretrain")
+        evaluated = resolver.run("openqa_eval")
+    if gain.ref is None or evaluated.ref is None or pretrain.ref is None:
+        raise ValueError(f"preset {cfg.preset!r}: the record needs the gain pair (gain.enabled) and Table 1")
+    measured = gain.stats
+    heldout = measured["heldout"]
+    results = store.open(evaluated.ref).manifest["results"]
+    openqa: dict[str, Any] = {}
+    for dataset, r in results.items():
+        k = next(int(key[2:]) for s in r["systems"].values() for key in s if key.startswith("R@") and " " not in key)
+        openqa[dataset] = {
+            "questions": r["questions"],
+            "systems": {name: {"EM": s["EM"], "F1": s["F1"], "R@5": s.get(f"R@{k}") if k == 5 else None}
+                        for name, s in r["systems"].items()},
+            "paired": {pair: {"delta": p["delta"], "ci95": p["ci95"], "mcnemar_p": p["mcnemar_p"]}
+                       for pair, p in r.get("paired", {}).items()}}
+    stages = {name: round(stage_seconds[name], 1) for name in closure(cfg, PIPELINE_TARGETS) if name in stage_seconds}
+    zero = measured.get("zero_shot") or {}
+    return {
+        "preset": cfg.preset,
+        "wall_seconds": round(sum(stages.values()), 1),
+        "precision": pretrain.stats["precision"],
+        "cpu": cpu_name(),
+        "stages": stages,
+        "heldout": {"examples": heldout["examples"], "recoverable": heldout["recoverable"],
+                    "systems": heldout["systems"], "gain": heldout["gain"], "by_retrieval": heldout["by_retrieval"]},
+        "holder_retrieval": measured.get("holder_retrieval"),
+        "zero_shot": {key: zero[key] for key in ("questions", "before", "after", "R@5 after - before",
+                                                  "R@20 after - before") if key in zero},
+        "openqa": openqa,
+    }
+
+
+def stage_seconds(reports: Path, preset: str) -> dict[str, float]:
+    """Each stage's seconds when last computed on this store, as the pipeline's progress line
+    records them (`reports/stage-seconds-<preset>.json`)."""
+    path = reports / f"stage-seconds-{preset}.json"
+    return {k: float(v) for k, v in json.loads(path.read_text()).items()} if path.is_file() else {}
