@@ -98,9 +98,21 @@ def grow_knowledge(add: Adder, body: DocumentsRequest) -> dict[str, Any]:
     (a bad document is the request's 400, the live version untouched)."""
     if not (body.documents or body.remove or body.remove_source or body.reembed):
         raise QueryError("nothing to do: give documents, remove, remove_source or reembed")
+    # what is not added is counted and named, as ingest counts it: a second document with an id
+    # already given in its source (the first wins), and a text with nothing but white space
     by_source: dict[str, list[NewDocument]] = {}
+    dropped: dict[str, list[str]] = {"duplicate_id": [], "empty_text": []}
     for doc in body.documents:
-        by_source.setdefault(doc.source or body.source, []).append(doc)
+        source = doc.source or body.source
+        if not doc.text.strip():
+            dropped["empty_text"].append(f"{source}:{doc.id}")
+        elif any(d.id == doc.id for d in by_source.get(source, [])):
+            dropped["duplicate_id"].append(f"{source}:{doc.id}")
+        else:
+            by_source.setdefault(source, []).append(doc)
+    if body.documents and not by_source and not (body.remove or body.remove_source or body.reembed):
+        raise QueryError(f"no document to add: {len(dropped['empty_text'])} with an empty text, "
+                         f"{len(dropped['duplicate_id'])} repeating an id ({', '.join(sum(dropped.values(), []))[:200]})")
     with tempfile.TemporaryDirectory(prefix="realm-documents-") as tmp:
         paths = []
         for i, docs in enumerate(by_source.values()):
@@ -117,8 +129,11 @@ def grow_knowledge(add: Adder, body: DocumentsRequest) -> dict[str, Any]:
             line = e.position.replace("line ", "") if e.position else None
             raise InputError(f"the request's documents of source {source!r}", e.expected, found=e.found,
                              position=f"document {line}" if line else None) from None
-    return {"version": added.version, "previous_version": added.previous, "counts": added.counts,
-            "seconds": round(added.seconds, 3), "encoders": len(added.encoders), "summary": added.summary()}
+    counts = {**added.counts, "documents_dropped_duplicate_id": len(dropped["duplicate_id"]),
+              "documents_dropped_empty_text": len(dropped["empty_text"])}
+    return {"version": added.version, "previous_version": added.previous, "counts": counts,
+            "dropped": {k: v for k, v in dropped.items() if v}, "seconds": round(added.seconds, 3),
+            "encoders": len(added.encoders), "summary": added.summary()}
 
 
 def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False,

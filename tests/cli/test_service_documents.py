@@ -85,3 +85,18 @@ def test_the_endpoint_is_off_unless_asked_and_takes_bounded_json_only(monkeypatc
         assert engine.calls == []  # nothing refused reached the engine
         r = client.post("/documents", json=body)
         assert r.status_code == 200 and r.json()["version"] == 7 and engine.calls[0]["names"] == ["added"]
+
+
+def test_a_repeated_id_and_an_empty_text_are_counted_and_named() -> None:
+    engine = Recorder()
+    body = DocumentsRequest.model_validate({"documents": [
+        {"id": "a", "title": "A", "text": "one"}, {"id": "a", "title": "A again", "text": "two"},
+        {"id": "w", "title": "W", "text": " \n\t "}, {"id": "a", "title": "A elsewhere", "text": "x", "source": "wiki"}]})
+    answer = grow_knowledge(engine.add_documents, body)
+    assert [[d["title"] for d in f] for f in engine.calls[0]["files"]] == [["A"], ["A elsewhere"]]
+    assert answer["dropped"] == {"duplicate_id": ["added:a"], "empty_text": ["added:w"]}
+    assert answer["counts"]["documents_dropped_duplicate_id"] == 1
+    assert answer["counts"]["documents_dropped_empty_text"] == 1
+    with pytest.raises(QueryError, match="no document to add: 1 with an empty text"):
+        grow_knowledge(engine.add_documents, DocumentsRequest.model_validate(
+            {"documents": [{"id": "w", "title": "W", "text": "   "}]}))
