@@ -140,6 +140,18 @@ def prediction_row(item: dict[str, Any], answer: Any) -> dict[str, Any]:
             "block_id": answer.block_id, "char_start": answer.char_start, "char_end": answer.char_end}
 
 
+def questions_summary(rows: list[dict[str, Any]], why: str, out_file: Path) -> str:
+    """One line for `--questions`: how many were answered, by which system and why, and exact
+    match and F1 over the questions that came with answers."""
+    line = f"{len(rows):,} question{'s' if len(rows) != 1 else ''} answered by {why}"
+    scored = [r for r in rows if r["correct"] is not None]
+    if scored:
+        em = 100 * sum(bool(r["correct"]) for r in scored) / len(scored)
+        f1 = 100 * sum(float(r["f1"]) for r in scored) / len(scored)
+        line += f"; EM {em:.1f}, F1 {f1:.1f} on the {len(scored):,} given with answers"
+    return f"{line}; predictions in {out_file}"
+
+
 @app.command()
 def ask(question: Annotated[str | None, typer.Argument(help="the question")] = None,
         system: Annotated[str | None, typer.Option(
@@ -159,12 +171,16 @@ def ask(question: Annotated[str | None, typer.Argument(help="the question")] = N
     with errors():
         _single_or_batch(question, questions, out_file, "question")
         engine = engine_for(system_dir, preset, config, overrides, root)
-        key, why = (system, f"asked for with --system {system}") if system else engine.default_system()
+        from realm_core.config import SYSTEM_NAMES
+
+        key, why = (system, f"{SYSTEM_NAMES.get(system, system)}, asked for with --system {system}") if system \
+            else engine.default_system()
         if questions is not None and out_file is not None:
             items = read_queries(questions)
             answers = engine.ask([q["question"] for q in items], key)
-            write_output(out_file, (json.dumps(prediction_row(item, a)) for item, a in zip(items, answers, strict=True)))
-            out.print(f"{len(items):,} questions answered by {why} -> {out_file}")
+            rows = [prediction_row(item, a) for item, a in zip(items, answers, strict=True)]
+            write_output(out_file, (json.dumps(r) for r in rows))
+            out.print(questions_summary(rows, why, out_file))
             return
         assert question is not None
         a = engine.ask([question], key)[0]

@@ -49,3 +49,15 @@ def test_an_empty_file_is_an_input_error(tmp_path: Path) -> None:
     path.write_text("\n  \n")
     with pytest.raises(InputError, match="at least one query"):
         read_queries(path)
+
+
+def test_the_questions_summary_says_who_answered_and_how_well() -> None:
+    from pathlib import Path
+
+    from flows.cli.query import questions_summary
+
+    rows = [{"correct": True, "f1": 1.0}, {"correct": False, "f1": 0.5}, {"correct": None, "f1": None}]
+    line = questions_summary(rows, "BM25 + reader, asked for with --system bm25", Path("p.jsonl"))
+    assert line == ("3 questions answered by BM25 + reader, asked for with --system bm25; EM 50.0, F1 75.0 on "
+                    "the 2 given with answers; predictions in p.jsonl")
+    assert "EM" not in questions_summary([{"correct": None, "f1": None}], "x", Path("p.jsonl"))
