@@ -15,6 +15,7 @@ was trained with, its measured results, and every file's size and sha256).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import uuid
@@ -80,6 +81,39 @@ def model_card(title: str, role: str, manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def export_destination(dest: Path, store_root: Path | None, replace: bool) -> Path:
+    """`dest` resolved, once it is checked to be a place an export may go, before anything is
+    written: never the artifact store it exports from, inside it or above it; its parent an
+    existing, writable folder outside /proc and /sys; and, where it exists, only with `replace`
+    and only a previous export (a folder holding this format's system.json), never a file or a
+    folder an export did not write."""
+    resolved = dest.expanduser().resolve()
+    if store_root is not None:
+        root = store_root.resolve()
+        if resolved == root or root in resolved.parents or resolved in root.parents:
+            raise ConfigError(f"{resolved}: the artifact store {root} is there; export to a folder outside it")
+    if resolved.parts[1:2] in (("proc",), ("sys",)):
+        raise ConfigError(f"{resolved}: expected a folder on a file system, not under /{resolved.parts[1]}")
+    parent = resolved.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{resolved}: its parent {parent} is not an existing folder; create it first")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"{resolved}: its parent {parent} is not writable")
+    if resolved.exists() or resolved.is_symlink():
+        if not replace:
+            raise ConfigError(f"{resolved}: exists already; export to a new folder (or --force to replace an export)")
+        if not resolved.is_dir() or resolved.is_symlink():
+            raise ConfigError(f"{resolved}: expected a previous export to replace, found a file")
+        try:
+            previous = json.loads((resolved / MANIFEST).read_text()).get("format")
+        except (OSError, ValueError, AttributeError):
+            previous = None
+        if previous != FORMAT:
+            raise ConfigError(f"{resolved}: expected a previous export (its {MANIFEST}) to replace; --force "
+                              "replaces only what an export wrote")
+    return resolved
+
+
 def export_system(resolver: Resolver, key: str, dest: str | Path, log: Callable[[str], None] | None = None,
                   replace: bool = False) -> Path:
     """Write system `key` of `resolver`'s store to `dest` (written beside it, then renamed into
@@ -89,9 +123,7 @@ def export_system(resolver: Resolver, key: str, dest: str | Path, log: Callable[
     from realm_core.retrieval.stage import encoder_hash
 
     say = log or (lambda _: None)
-    dest = Path(dest).resolve()
-    if dest.exists() and not replace:
-        raise ConfigError(f"{dest}: exists already; export to a new folder (or --force to replace it)")
+    dest = export_destination(Path(dest), Path(str(resolver.store.root)) if resolver.store.local else None, replace)
     engine = QueryEngine(resolver)
     loaded = engine._system(key)  # the fine-tuned system as `realm ask` serves it (form, temperature)
     system = qa_system(engine.cfg, engine._refs(key), key)
