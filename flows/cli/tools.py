@@ -129,12 +129,15 @@ def pipeline(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
              root: Root = None, force: Force = False, dask: Dask = None,
              verbose: Annotated[bool, typer.Option("--verbose", "-v", help="also print Prefect's tracebacks "
                                                                            "of a failed stage")] = False) -> None:
-    """Run the whole pipeline as the Prefect flow `realm` with an embedded Prefect (no server)."""
+    """Run the whole pipeline as the Prefect flow `realm` with an embedded Prefect (no server). Killed (any signal, SIGKILL included), it leaves no process behind; run it again and every stage resumes from its cache or newest checkpoint."""
     with errors():
         from realm_core.config import load_config
 
         load_config(preset, config, overrides or [])  # a bad --set fails here, before Prefect starts
         from flows import prefect_home, quiet_prefect_failures
+        from flows.supervise import supervise
+
+        supervise()  # the run, its Prefect server and workers end together, whatever ends them
 
         prefect_home()
         from flows.pipeline import full_pipeline
