@@ -49,8 +49,7 @@ def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[st
             "questions": r["questions"],
             "systems": {name: {"EM": s["EM"], "F1": s["F1"], "R@5": s.get(f"R@{k}") if k == 5 else None}
                         for name, s in r["systems"].items()},
-            "paired": {pair: {"delta": p["delta"], "ci95": p["ci95"], "mcnemar_p": p["mcnemar_p"]}
-                       for pair, p in r.get("paired", {}).items()}}
+            "paired": dict(_realm_first(pair, p) for pair, p in r.get("paired", {}).items())}
     stages = {name: round(stage_seconds[name], 1) for name in closure(cfg, PIPELINE_TARGETS) if name in stage_seconds}
     zero = measured.get("zero_shot") or {}
     return {
@@ -66,6 +65,19 @@ def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[st
                                                   "R@20 after - before") if key in zero},
         "openqa": openqa,
     }
+
+
+def _realm_first(pair: str, p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A paired difference "A - B" as the record states it: REALM first wherever it is one side
+    (the sign and interval turned with it), so "REALM - ICT (ORQA-like)" reads as REALM's gain."""
+    from realm_core.config import SYSTEM_NAMES
+
+    a, b = pair.split(" - ", 1)
+    entry = {"delta": p["delta"], "ci95": list(p["ci95"]), "mcnemar_p": p["mcnemar_p"]}
+    if b == SYSTEM_NAMES["realm"]:
+        return f"{b} - {a}", {"delta": -entry["delta"], "ci95": [-entry["ci95"][1], -entry["ci95"][0]],
+                              "mcnemar_p": entry["mcnemar_p"]}
+    return pair, entry
 
 
 def stage_seconds(reports: Path, preset: str) -> dict[str, float]:

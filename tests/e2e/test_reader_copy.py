@@ -131,3 +131,15 @@ def test_laptop_preset_runs_end_to_end_at_tiny_budgets(shared_data: Path, tmp_pa
     evaluated = json.loads(next(p for p in (root / "openqa_eval").iterdir() if (p / "manifest.json").is_file())
                            .joinpath("manifest.json").read_text())
     assert "squad-open EM REALM" in evaluated["stats"] and "squad-open EM ICT (ORQA-like)" in evaluated["stats"]
+    # the run's own record, and `realm record` writing it again from the artifacts alone
+    record = json.loads((tmp_path / "work" / "reports" / "record-laptop.json").read_text())
+    assert {"wall_seconds", "precision", "cpu", "stages", "heldout", "zero_shot", "openqa"} <= set(record)
+    assert set(record["heldout"]["gain"]) == {"accuracy_delta", "accuracy_ci95", "recoverable_delta", "recoverable_ci95"}
+    assert record["heldout"]["examples"] == 6 and record["stages"]["pretrain"] > 0
+    squad = record["openqa"]["squad-open"]
+    assert {"BM25 + reader", "ICT (ORQA-like)", "REALM"} <= set(squad["systems"])
+    assert "REALM - ICT (ORQA-like)" in squad["paired"] and "mcnemar_p" in squad["paired"]["REALM - ICT (ORQA-like)"]
+    again = subprocess.run([sys.executable, "-m", "flows.cli", "record", "--preset", "laptop", "--config", str(budgets),
+                            "--json", str(tmp_path / "laptop.json")], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert json.loads((tmp_path / "laptop.json").read_text())["heldout"] == record["heldout"]
