@@ -23,7 +23,7 @@ QA_PORT ?= 8000
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism laptop realm-reading realm-copy-start realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
+.PHONY: venv demo demo-record test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism laptop realm-reading realm-copy-start realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,12 @@ $(STAMP): requirements.lock pyproject.toml Makefile
 demo: $(STAMP)
 	@mkdir -p $(PREFECT_HOME)
 	$(BIN)/python -m flows.demo
+
+# The last demo's record (work/reports/demo.json) into bench/results, where the demo-timings page
+# and a fresh run's progress estimate read it.
+demo-record:
+	cp $(REALM_WORK_DIR)/reports/demo.json bench/results/demo.json
+	$(BIN)/python bench/readme_tables.py
 
 # Each tier names its ten slowest tests, so CI's log says where the 30-minute budget goes.
 test: $(STAMP)

@@ -27,3 +27,13 @@ def test_a_stale_block_is_found() -> None:
     start = text.index("<!-- bench:realm_table ")
     stale = text[:start] + text[start:].replace("|", "| 0.0 |", 1)
     assert readme_tables.render_page(stale) == text
+
+
+def test_every_generated_block_has_its_results_file() -> None:
+    """A page's block whose results file was deleted would stay as it is (render_page leaves it):
+    every block a page holds must name a file that exists."""
+    missing = [f"{page.relative_to(BENCH.parent)}: bench:{name} needs bench/results/{readme_tables.SOURCES.get(name, name)}.json"
+               for page in readme_tables.pages() for name in readme_tables.TABLES
+               if f"<!-- bench:{name} " in page.read_text()
+               and not (readme_tables.RESULTS / f"{readme_tables.SOURCES.get(name, name)}.json").is_file()]
+    assert not missing, "\n".join(missing)

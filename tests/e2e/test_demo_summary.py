@@ -1,5 +1,5 @@
 """`make demo` ends by saying what its QA systems answer (EM and F1 on the test questions), and
-writes its own record (bench/results/demo.json) that the demo-timings page renders."""
+writes its own record (<work>/reports/demo.json; `make demo-record` copies it to bench/results)."""
 
 import json
 import os
@@ -30,7 +30,7 @@ def test_demo_summary_reports_em_f1_and_recall_per_system() -> None:
 
 @pytest.mark.slow
 def test_the_demo_record_counts_the_corpus_and_times_each_stage(tiny_upstream: TinyUpstream) -> None:
-    """What `make demo` writes to bench/results/demo.json, from a store's real manifests."""
+    """What `make demo` writes to <work>/reports/demo.json, from a store's real manifests."""
     root, _, refs = tiny_upstream
     stages = {"ingest": {"artifact": str(one_artifact(root, "documents")), "cached": False, "seconds": 1.25},
               "chunk": {"artifact": refs["blocks"].path, "cached": False, "seconds": 2.0},
