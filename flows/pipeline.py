@@ -87,7 +87,7 @@ def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overr
     eta.save()
     ordered = {name: runs[name] for name in plan if name in runs}
     if reports is not None and cfg.gain.enabled and ordered.get("openqa_eval") and ordered["openqa_eval"].ref:
-        from realm_core.run_record import run_record, stage_seconds
+        from flows.record import run_record, stage_seconds
 
         record = run_record(cfg, ArtifactStore(root), stage_seconds(reports, preset))
         (reports / f"record-{preset}.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -159,10 +159,10 @@ def record(preset: Preset = "laptop", config: ConfigFile = None, overrides: Over
 
     Example: realm record --preset laptop --json bench/results/laptop.json"""
     with errors():
+        from flows.record import run_record, stage_seconds
         from realm_core.artifacts import ArtifactStore
         from realm_core.config import load_config, work_dir
         from realm_core.errors import MissingArtifactError
-        from realm_core.run_record import run_record, stage_seconds
 
         cfg = load_config(preset, config, overrides or [])
         store_root = root or str(work_dir() / "artifacts")

@@ -123,7 +123,6 @@ def zero_shot(store: ArtifactStore, blocks_ref: ArtifactRef, warm: ArtifactRef, 
     start before and of REALM's encoders after pretraining, each system's blocks embedded by its
     own document encoder; after minus before paired on the same questions. None where the
     questions name no SQuAD-open dev split."""
-    from realm_core.openqa.significance import paired_bootstrap
     from realm_core.retrieval.evaluation import RetrieverSystem, run_evaluate_retrieval
     from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 
@@ -147,9 +146,10 @@ def zero_shot(store: ArtifactStore, blocks_ref: ArtifactRef, warm: ArtifactRef, 
                            "articles": list(dev.articles) if dev.articles is not None else None}
     for name in hits:
         out[name] = {f"R@{k}": recall[name][f"R@{k}"] for k in (5, 20)}
+    questions = [r["qid"] for r in rows if r["system"] == "after"]  # each question its own cluster
     for k in (5, 20):
-        delta, lo, hi = paired_bootstrap([0 < x <= k for x in hits["after"]], [0 < x <= k for x in hits["before"]])
-        out[f"R@{k} after - before"] = {"delta": delta, "ci95": [lo, hi]}
+        out[f"R@{k} after - before"] = _paired([0 < x <= k for x in hits["after"]], [0 < x <= k for x in hits["before"]],
+                                               questions, cfg.gain.resamples)
     return out
 
 

@@ -186,6 +186,7 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
     shutil.copytree(root, store)
     engine = QueryEngine(_resolver(str(store)))
     asked = engine.ask([QUESTION], "ict")[0]
+    (tmp_path / "out").mkdir()  # an export's parent must exist: a mistyped path is refused, not made
     dest = export_system(_resolver(str(store)), "ict", tmp_path / "out" / "ict")
     for folder in ("reader", "query_encoder", "doc_encoder"):  # plain transformers loads each body
         assert AutoModel.from_pretrained(str(dest / folder)).config.model_type == "bert"
