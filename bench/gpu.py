@@ -56,8 +56,9 @@ ICT_SHAPES = {"MiniLM-L6 (demo preset shape)": (256, 0, 32, 288),
               "BERT-base (paper preset shape)": (4096, 256, 64, 288)}
 
 
-def export(directory: Path) -> None:
-    """Write the demo's blocks, masked examples and tokenizer files to `directory`."""
+def export(directory: Path, preset: str = "demo", overrides: list[str] | None = None) -> None:
+    """Write the blocks, masked examples and tokenizer files of `preset` (the demo's: its corpus
+    is the gpu preset's too) to `directory`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -68,7 +69,7 @@ def export(directory: Path) -> None:
     from realm_core.graph import Resolver
     from realm_core.spans.masking import iter_examples
 
-    cfg = load_config("demo")
+    cfg = load_config(preset, None, overrides or [])
     store = ArtifactStore(work_dir() / "artifacts")
     stages = Resolver(cfg, store)
     blocks, spans = stages.ref("chunk"), stages.ref("spans")
@@ -487,7 +488,7 @@ def tokenise_bench(inputs: Path, repeats: int = 3) -> None:
 
 
 def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, batch: int | None,
-            with_profile: bool = False, only_ict: bool = False) -> None:
+            with_profile: bool = False, only_ict: bool = False, shapes: list[str] | None = None) -> None:
     import pyarrow.parquet as pq
     import torch
 
@@ -505,6 +506,8 @@ def measure(inputs: Path, steps: int, out: Path | None, max_blocks: int | None, 
     titles, bodies = blocks.column("title").to_pylist(), blocks.column("text").to_pylist()
     result: dict[str, Any] = {"device": name, "torch": torch.__version__, "shapes": {}}
     for shape, (overrides, reader_length, doc_length, per_step) in SHAPES.items():
+        if shapes and not any(shape.startswith(prefix) for prefix in shapes):
+            continue
         model_dir = random_bert(inputs, shape, overrides)
         profile = out.parent / f"profile_{shape.split()[0]}.txt" if (out and with_profile) else None
         # a --max-blocks check runs ICT small: 16 x 64 in micro-batches of 8
@@ -549,6 +552,8 @@ def print_embedding_and_step(shape: str, emb: dict[str, Any], step: dict[str, An
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--export", type=Path, help="write the demo inputs to this folder and stop")
+    ap.add_argument("--export-preset", default="demo", help="the preset whose corpus --export writes")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="with --export: stage.field=value")
     ap.add_argument("--inputs", type=Path, default=ROOT / "bench" / ".work" / "gpu-inputs")
     ap.add_argument("--steps", type=int, default=10, help="timed pretraining steps (after two warm-up steps)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
@@ -558,15 +563,18 @@ def main() -> None:
                     help="also write a torch.profiler table of three REALM steps per shape beside --out")
     ap.add_argument("--tokenise", action="store_true",
                     help="time the ICT loop's tokenising alone on this host (bench/results/ict_tokenise.json)")
+    ap.add_argument("--shape", dest="shapes", action="append", default=[],
+                    help="measure only the shapes whose name starts with this (MiniLM, BERT-base); repeatable")
     ap.add_argument("--only-ict", action="store_true",
                     help="the ICT steps alone (writes only --out, not bench/results/gpu.json)")
     args = ap.parse_args()
     if args.export:
-        export(args.export)
+        export(args.export, args.export_preset, args.overrides)
     elif args.tokenise:
         tokenise_bench(args.inputs)
     else:
-        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch, args.profile, args.only_ict)
+        measure(args.inputs, args.steps, args.out, args.max_blocks, args.batch, args.profile, args.only_ict,
+                args.shapes)
 
 
 if __name__ == "__main__":

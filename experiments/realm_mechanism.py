@@ -235,6 +235,7 @@ def main() -> None:
                     help=f"which pretraining runs, REALM first (default: all of {', '.join(SYSTEMS)}); the oracle "
                          "block and the REALM reader without retrieval are always measured")
     ap.add_argument("--name", default="realm_mechanism", help="bench/results/<name>.json")
+    ap.add_argument("--out", type=Path, default=None, help="write the result here instead (bench/gpu_run.py)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     root = Path(args.root) if args.root else work_dir() / "mechanism"
@@ -244,7 +245,10 @@ def main() -> None:
         print(f"{name:18s} held-out accuracy {s['heldout_accuracy']:.3f}  recall@1 "
               f"{s['recall_at_1_start']} -> {s['recall_at_1_end']}")
     print(f"prior {result['prior_accuracy']:.3f} on {result['heldout_examples']} held-out examples")
-    write_result(args.name, result)
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    else:
+        write_result(args.name, result)
 
 
 if __name__ == "__main__":
