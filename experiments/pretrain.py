@@ -49,40 +49,13 @@ log = logging.getLogger("bench.pretrain")
 
 
 def heldout_test(rows: dict[str, list[dict[str, Any]]], resamples: int = 10_000) -> dict[str, Any]:
-    """Both runs scored on the same held-out examples: accuracy on all and on the recoverable ones,
-    and REALM minus null-only with 95% intervals from resampling articles."""
-    realm, null = rows["REALM"], rows["null only"]
-    if [(r["doc_id"], r["block_id"]) for r in realm] != [(r["doc_id"], r["block_id"]) for r in null]:
-        raise SystemExit("the two runs were scored on different held-out examples")
-    articles = [r["doc_id"] for r in realm]
-    keep = [i for i, r in enumerate(realm) if r["recoverable"]]
+    """Both runs scored on the same held-out examples, as the pipeline's `realm_gain` stage
+    compares them (`realm_core.pretrain.gain.heldout_test`); `recoverable_examples` is the name
+    this script's results files and their pages use for the recoverable count."""
+    from realm_core.pretrain.gain import heldout_test as paired
 
-    def accuracy(rs: list[dict[str, Any]], idx: list[int] | None = None) -> float | None:
-        picked = [rs[i] for i in idx] if idx is not None else rs
-        return sum(r["correct"] for r in picked) / len(picked) if picked else None
-
-    delta, lo, hi = article_bootstrap([r["correct"] for r in realm], [r["correct"] for r in null], articles, resamples)
-    gain = {"accuracy_delta": delta, "accuracy_ci95": [lo, hi], "recoverable_delta": None, "recoverable_ci95": None}
-    if keep:
-        d, lo, hi = article_bootstrap([realm[i]["correct"] for i in keep], [null[i]["correct"] for i in keep],
-                                      [articles[i] for i in keep], resamples)
-        gain.update({"recoverable_delta": d, "recoverable_ci95": [lo, hi]})
-    # where REALM's retrieved blocks held the span, copying could help; elsewhere only the reader's
-    # own knowledge could: the gain split in two says which side carries it
-    by_retrieval = {}
-    for name, wanted in (("answer_retrieved", True), ("answer_not_retrieved", False)):
-        idx = [i for i, r in enumerate(realm) if bool(r.get("answer_retrieved")) == wanted]
-        part: dict[str, Any] = {"examples": len(idx), "REALM": accuracy(realm, idx), "null only": accuracy(null, idx),
-                                "delta": None, "ci95": None}
-        if idx:
-            d, lo, hi = article_bootstrap([realm[i]["correct"] for i in idx], [null[i]["correct"] for i in idx],
-                                          [articles[i] for i in idx], resamples)
-            part.update({"delta": d, "ci95": [lo, hi]})
-        by_retrieval[name] = part
-    return {"examples": len(realm), "articles": len(set(articles)), "recoverable_examples": len(keep),
-            "systems": {n: {"accuracy": accuracy(rs), "recoverable_accuracy": accuracy(rs, keep),
-                            "log_p": sum(r["log_p"] for r in rs) / len(rs)} for n, rs in rows.items()},
-            "gain": gain, "by_retrieval": by_retrieval}
+    out = paired(rows["REALM"], rows["null only"], resamples)
+    return {**out, "recoverable_examples": out["recoverable"]}
 
 
 def ablation_row(name: str, run: dict[str, Any], realm: dict[str, Any], resamples: int = 10_000) -> dict[str, Any]:
