@@ -93,6 +93,41 @@ def load_wordpieces(spec: str) -> Any:
     return backend
 
 
+def load_weights(load: Any, directory: Path, what: str) -> Any:
+    """`load()` of the weights in `directory`, a damaged file (a broken safetensors header, a
+    truncated tensor, an unreadable config) raised as a `CorruptArtifactError` naming it rather
+    than the library's own error from deep inside the load."""
+    from realm_core.errors import CorruptArtifactError
+
+    try:
+        return load()
+    except (OSError, ValueError, RuntimeError, KeyError, EOFError) as e:
+        raise CorruptArtifactError(directory, f"cannot load {what} ({type(e).__name__}: {str(e)[:200]})") from None
+    except Exception as e:  # safetensors' SafetensorError derives from Exception itself
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise CorruptArtifactError(directory, f"cannot load {what}: damaged safetensors ({str(e)[:200]})") from None
+
+
+def load_bert_body(source: str, dropout: float | None = None) -> Any:
+    """The BERT body (no pooler) of `source`'s weights directory, quietly: an unused MLM head or
+    pooler is expected. A damaged weights file is a `CorruptArtifactError`."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    directory = weights_dir(source)
+    kwargs: dict[str, Any] = {} if dropout is None else {
+        "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        return load_weights(lambda: AutoModel.from_pretrained(str(directory), add_pooling_layer=False,
+                                                              use_safetensors=True, **kwargs),
+                            directory, "its BERT weights")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def load_masked_lm(source: str, dropout: float | None = None, seed: int = 0) -> Any:
     """`source`'s BERT with its MLM head (`BertForMaskedLM`, decoder tied to the embeddings); a
     head the checkpoint lacks (MiniLM ships none) starts from `seed`."""
@@ -104,10 +139,12 @@ def load_masked_lm(source: str, dropout: float | None = None, seed: int = 0) -> 
         "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # "newly initialized: cls.predictions.*" is expected
+    directory = weights_dir(source)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = BertForMaskedLM.from_pretrained(str(weights_dir(source)), use_safetensors=True, **kwargs)
+            model = load_weights(lambda: BertForMaskedLM.from_pretrained(str(directory), use_safetensors=True,
+                                                                         **kwargs), directory, "its BERT weights")
     finally:
         hf_logging.set_verbosity(verbosity)
     model.tie_weights()

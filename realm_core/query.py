@@ -158,6 +158,21 @@ class Answerer:
     def health(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _check_models(self) -> int:
+        """Check what this engine's models and searchers were loaded from against its manifests
+        (`check_served`); the bytes checked."""
+        raise NotImplementedError
+
+    def check_served(self) -> int:
+        """Check every file answers come from before a search or a question is answered: the
+        current knowledge version's files and what the models were loaded from, each against its
+        manifest (size always; sha256 once per process while a file's size and mtime stay, so a
+        request costs a stat of each). A damaged file is a `CorruptArtifactError` naming it (the
+        CLI's `error:` with exit 2, the service's 503) rather than an answer from damaged bytes.
+        The bytes checked."""
+        knowledge = self.knowledge()
+        return self._check_models() + (knowledge.verify() if knowledge is not None else 0)
+
     def describe(self) -> dict[str, Any]:
         """What this engine serves, for the service's /healthz."""
         raise NotImplementedError
@@ -229,6 +244,7 @@ class Answerer:
             raise QueryError(f"k={k}: expected 1 to query.max_k={self.cfg.query.max_k}")
         texts = [check_query(q, self.cfg.query.max_query_chars) for q in queries]
         searcher = self.searcher(retriever)
+        self.check_served()
         proposal = searcher.propose([QAQuestion(str(i), t, ()) for i, t in enumerate(texts)])
         snippet = self.cfg.query.snippet_chars
         out = []
@@ -249,6 +265,7 @@ class Answerer:
         """Each question's answer by `system`'s fine-tuned reader over its top-k blocks."""
         texts = [check_query(q, self.cfg.query.max_query_chars, "question") for q in questions]
         loaded = self._system(system)
+        self.check_served()
         config = self.cfg.finetune.model_copy(update={"form": loaded.form})
         qs = [QAQuestion(str(i), t, ()) for i, t in enumerate(texts)]
         preds: list[Prediction] = predict(loaded.models, loaded.retriever, qs, self.blocks, self.tokenizer, config,
@@ -327,16 +344,24 @@ class QueryEngine(Answerer):
         (the blocks, each loaded system's models). Raises what cannot be read: a
         `MissingIndexError` before any index is built, a `CorruptArtifactError`, an `OSError`."""
         index = self.current_index()
-        store = self.stages.store
-        arts = [index.artifact, *(store.open(r.ref) for r in self.stages.runs.values() if r.ref is not None)]
-        checked = sum(a.verify(store.verify) for a in arts)
+        checked = self.check_served()
         knowledge = self.knowledge()
-        if knowledge is not None:
-            checked += knowledge.verify()
         return {"index_version": index.step, "index_blocks": len(index.index), "index_encoder": index.encoder_dir,
                 "knowledge_version": knowledge.number if knowledge is not None else None,
-                "loaded": sorted(self.loaded_models()), "artifacts_checked": len(arts) + (knowledge is not None),
-                "bytes_checked": checked, "verify": store.verify}
+                "loaded": sorted(self.loaded_models()),
+                "artifacts_checked": len(self._served_artifacts()) + (knowledge is not None),
+                "bytes_checked": checked, "verify": self.stages.store.verify}
+
+    def _served_artifacts(self) -> list[Any]:
+        """The current index, where it is loaded, and every artifact resolved so far (the blocks,
+        each loaded system's models)."""
+        store = self.stages.store
+        index = self._loaded.get("search:index")
+        arts = [index.artifact] if isinstance(index, CurrentIndex) else []
+        return arts + [store.open(r.ref) for r in self.stages.runs.values() if r.ref is not None]
+
+    def _check_models(self) -> int:
+        return sum(a.verify(self.stages.store.verify) for a in self._served_artifacts())
 
     def current_index(self) -> CurrentIndex:
         """The current index version, reloaded when `index/CURRENT` has moved on (a

@@ -248,6 +248,7 @@ class BundleEngine(Answerer):
         sources = Sources(question_length=self.cfg.finetune.question_length, tokenizer=self.tokenizer,
                           knowledge=self.knowledge())
         if system_key is not None and self.manifest["doc_embed"] is not None:
+            self._check_models()  # before a byte of the weights is loaded
             sources.doc_embed = EmbedConfig.model_validate({**self.manifest["doc_embed"],
                                                             "doc_encoder": str(self.path / "doc_encoder")})
             sources.query_encoder = self.for_inference(RetrieverEncoder.from_pretrained(str(self.path / "query_encoder")))
@@ -260,6 +261,7 @@ class BundleEngine(Answerer):
 
         if key != self.manifest["system"]:
             raise ConfigError(f"{self.path}: this folder holds system {self.manifest['system']!r}, not {key!r}")
+        self._check_models()  # before a byte of the weights is loaded
         reader = self.for_inference(SpanReader.from_pretrained(str(self.path / "reader"), self.cfg.finetune.max_span_length))
         retriever = self._retriever(self.manifest["retrieval"], key, min(self.cfg.finetune.top_k, self.max_k))
         return LoadedSystem(QAModels(reader, getattr(retriever, "query_encoder", None)), retriever,
@@ -268,19 +270,22 @@ class BundleEngine(Answerer):
     def default_system(self) -> tuple[str, str]:
         return self.manifest["system"], f"{self.manifest['name']}: the exported system"
 
-    def health(self) -> dict[str, Any]:
-        """Every file the export listed (size, sha256) and the current knowledge version's."""
+    def _check_models(self) -> int:
+        """Every file of the export's models as system.json lists it (size, sha256)."""
         checked = 0
         for name, entry in self.manifest["files"].items():
             path = self.path / name
             if name.startswith("knowledge/"):
-                continue  # versions change as the corpus grows: each checks its own files below
+                continue  # versions change as the corpus grows: each checks its own files
             if not path.is_file() or path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
                 raise CorruptArtifactError(str(path), "differs from the size and sha256 system.json lists")
             checked += entry["size"]
+        return checked
+
+    def health(self) -> dict[str, Any]:
+        """Every file the export listed (size, sha256) and the current knowledge version's."""
+        checked = self.check_served()
         knowledge = self.knowledge()
-        if knowledge is not None:
-            checked += knowledge.verify()
         return {"system": self.manifest["system"], "index_version": None,
                 "knowledge_version": knowledge.number if knowledge is not None else None,
                 "loaded": sorted(self.loaded_models()), "bytes_checked": checked, "verify": "content"}

@@ -132,28 +132,17 @@ class SpanReader(nn.Module):
         """A saved span reader, or any BERT directory (a BertForMaskedLM's body is taken) with
         a fresh span head (seeded)."""
         from safetensors.torch import load_file
-        from transformers import AutoModel
-        from transformers.utils import logging as hf_logging
 
-        from realm_core.bert import weights_dir
-        from realm_core.errors import ArtifactError
+        from realm_core.bert import load_bert_body, load_weights, weights_dir
 
         directory = weights_dir(source)
-        kwargs: dict[str, Any] = {} if dropout is None else {
-            "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # an MLM head or pooler left unused is expected
-        try:
-            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, use_safetensors=True, **kwargs)
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        bert = load_bert_body(source, dropout)
         meta = directory / cls.META_FILE
         if meta.is_file():
-            model = cls(bert, int(json.loads(meta.read_text())["max_span_length"]))
-            try:
-                model.scorer.load_state_dict(load_file(str(directory / cls.HEAD_FILE)))
-            except (OSError, RuntimeError) as e:
-                raise ArtifactError(f"{directory / cls.HEAD_FILE}: unreadable span head ({e})") from None
+            settings = load_weights(lambda: json.loads(meta.read_text()), meta, "its span head's settings")
+            model = cls(bert, int(settings["max_span_length"]))
+            head = directory / cls.HEAD_FILE
+            load_weights(lambda: model.scorer.load_state_dict(load_file(str(head))), head, "its span head")
             return model
         torch.manual_seed(seed)
         return cls(bert, max_span_length)

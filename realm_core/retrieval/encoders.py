@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from realm_core.bert import load_tokenizer, weights_dir
-from realm_core.errors import ArtifactError, ConfigError
+from realm_core.errors import ConfigError
 
 HEAD_FILE = "realm_retriever.json"
 PROJECTION_FILE = "projection.safetensors"
@@ -65,29 +65,19 @@ class RetrieverEncoder(nn.Module):
         head (normal, std H^-1/2; seeded). `dropout`
         overrides the BERT's hidden and attention dropout (None: keep its config)."""
         from safetensors.torch import load_file
-        from transformers import AutoModel
-        from transformers.utils import logging as hf_logging
+
+        from realm_core.bert import load_bert_body, load_weights
 
         directory = weights_dir(source)
-        kwargs: dict[str, Any] = {} if dropout is None else {
-            "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # the unused pooler is expected
-        try:
-            bert = AutoModel.from_pretrained(str(directory), add_pooling_layer=False, use_safetensors=True, **kwargs)
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        bert = load_bert_body(source, dropout)
         head = directory / HEAD_FILE
         if head.is_file():
-            meta = json.loads(head.read_text())
+            meta = load_weights(lambda: json.loads(head.read_text()), head, "its retriever head's settings")
             model = cls(bert, int(meta["projection_dim"]), meta["pooling"], bool(meta.get("normalize")))
             model.step = int(meta.get("step", 0))
             if isinstance(model.projection, nn.Linear):
-                try:
-                    state = load_file(str(directory / PROJECTION_FILE))
-                    model.projection.load_state_dict(state)
-                except (OSError, RuntimeError) as e:
-                    raise ArtifactError(f"{directory / PROJECTION_FILE}: unreadable retriever head ({e})") from None
+                projection, file = model.projection, directory / PROJECTION_FILE
+                load_weights(lambda: projection.load_state_dict(load_file(str(file))), file, "its retriever head")
             return model
         return cls.from_bert(bert, projection_dim, pooling, seed, normalize)
 

@@ -89,7 +89,11 @@ class KnowledgeVersion:
 
     @cached_property
     def table(self) -> pa.Table:
-        return pq.read_table(self.path / "blocks.parquet")
+        path = self.check("blocks.parquet")
+        try:
+            return pq.read_table(path)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptArtifactError(path, f"unreadable Parquet ({type(e).__name__}: {str(e)[:200]})") from None
 
     @cached_property
     def block_ids(self) -> np.ndarray:
@@ -123,26 +127,35 @@ class KnowledgeVersion:
             raise ConfigError(f"{self.path}: no vectors of document encoder {encoder_hash[:16]}; this "
                               f"knowledge corpus tracks {', '.join(h[:16] for h in self.encoders) or 'none'} "
                               "(`realm add` embeds with the encoders of the current index and the systems)")
-        rows: np.ndarray = np.load(self.path / vectors_file(encoder_hash), allow_pickle=False)
+        path = self.check(vectors_file(encoder_hash))
+        try:
+            rows: np.ndarray = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CorruptArtifactError(path, f"unreadable vectors ({type(e).__name__}: {str(e)[:200]})") from None
         if not dense:
             return rows
         out = np.zeros((self.id_range, rows.shape[1]), dtype=np.float32)  # (M, D)
         out[self.block_ids] = rows
         return out
 
+    def check(self, name: str, sizes_only: bool = False) -> Path:
+        """File `name` of this version, once it is checked against the manifest: present, of its
+        size and (unless `sizes_only`) of its sha256, hashed once per process while its size and
+        mtime stay (`sha256_file`). A mismatch is a `CorruptArtifactError` naming the file."""
+        path = self.path / name
+        entry = self.manifest["files"].get(name)
+        if entry is None:
+            raise CorruptArtifactError(str(path), "the knowledge version's manifest does not list it")
+        if not path.is_file() or path.stat().st_size != entry["size"]:
+            raise CorruptArtifactError(str(path), f"expected {entry['size']:,} bytes as the knowledge "
+                                                  "version's manifest lists")
+        if not sizes_only and sha256_file(path) != entry["sha256"]:
+            raise CorruptArtifactError(str(path), "its sha256 differs from the manifest's")
+        return path
+
     def verify(self, sizes_only: bool = False) -> int:
-        """Check every file the manifest lists (presence, size and, unless `sizes_only`, sha256);
-        the bytes checked."""
-        total = 0
-        for name, entry in self.manifest["files"].items():
-            path = self.path / name
-            if not path.is_file() or path.stat().st_size != entry["size"]:
-                raise CorruptArtifactError(str(path), f"expected {entry['size']:,} bytes as the knowledge "
-                                                      "version's manifest lists")
-            if not sizes_only and sha256_file(path) != entry["sha256"]:
-                raise CorruptArtifactError(str(path), "its sha256 differs from the manifest's")
-            total += entry["size"]
-        return total
+        """Check every file the manifest lists (`check`); the bytes checked."""
+        return sum(self.check(name, sizes_only).stat().st_size for name in self.manifest["files"])
 
 
 @dataclass
@@ -213,7 +226,11 @@ class KnowledgeCorpus:
         path = self.root / version_name(number)
         if not (path / "manifest.json").is_file():
             raise ConfigError(f"{self.root}: no knowledge version {number}; versions: {self.versions() or 'none'}")
-        manifest = json.loads((path / "manifest.json").read_text())
+        try:
+            manifest = json.loads((path / "manifest.json").read_text())
+            manifest.get("schema_version")
+        except (ValueError, AttributeError) as e:
+            raise CorruptArtifactError(path / "manifest.json", f"expected a JSON object ({type(e).__name__})") from None
         if manifest.get("schema_version") != SCHEMA_VERSION:
             raise ArtifactError(f"{path}: knowledge schema version {manifest.get('schema_version')} is not "
                                 f"the supported {SCHEMA_VERSION}")

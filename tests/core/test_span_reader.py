@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,3 +103,44 @@ def test_span_scores_stay_fp32_under_bf16_autocast(tiny_bert: str) -> None:
     finite = torch.isfinite(fp32)
     assert torch.equal(finite, torch.isfinite(bf16))
     assert torch.allclose(bf16[finite], fp32[finite], atol=0.1) and not torch.equal(bf16, fp32)
+
+
+@pytest.mark.parametrize("damage", ["header length", "header text", "truncated tensors"])
+def test_damaged_safetensors_are_a_corrupt_artifact_error_naming_the_folder(
+        tiny_bert: str, tmp_path: Path, damage: str) -> None:
+    """A reader or retriever whose weights file is damaged is refused with the folder named, as
+    the CLI's `error:` and the service's 503 need, not the library's own error from deep inside."""
+    import shutil
+    import struct
+
+    from realm_core.errors import CorruptArtifactError
+    from realm_core.retrieval.encoders import RetrieverEncoder
+
+    saved = tmp_path / "reader"
+    SpanReader.from_pretrained(tiny_bert, max_span_length=3).save_pretrained(saved)
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_bert, encoder)
+    for folder in (saved, encoder):
+        weights = folder / "model.safetensors"
+        data = bytearray(weights.read_bytes())
+        if damage == "header length":
+            data[:8] = struct.pack("<Q", 2**40)  # a header longer than the file
+        elif damage == "header text":
+            data[8:16] = b"\xff" * 8  # no longer JSON
+        else:
+            data = data[: len(data) // 2]
+        weights.write_bytes(bytes(data))
+    with pytest.raises(CorruptArtifactError, match=f"{saved}: cannot load its BERT weights"):
+        SpanReader.from_pretrained(str(saved), max_span_length=3)
+    with pytest.raises(CorruptArtifactError, match=f"{encoder}: cannot load its BERT weights"):
+        RetrieverEncoder.from_pretrained(str(encoder))
+
+
+def test_a_damaged_span_head_is_a_corrupt_artifact_error(tiny_bert: str, tmp_path: Path) -> None:
+    from realm_core.errors import CorruptArtifactError
+
+    saved = tmp_path / "reader"
+    SpanReader.from_pretrained(tiny_bert, max_span_length=3).save_pretrained(saved)
+    (saved / SpanReader.HEAD_FILE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    with pytest.raises(CorruptArtifactError, match="span_head.safetensors: cannot load its span head"):
+        SpanReader.from_pretrained(str(saved), max_span_length=3)

@@ -238,9 +238,22 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
         assert client.get("/search", params={"q": fact, "k": 1, "retriever": "bm25"}).json()["hits"][0]["title"] \
             == "Quillhaven"
     # a file that changed after the export is refused by the health check, naming it
+    config = (moved / "reader" / "config.json").read_bytes()
     (moved / "reader" / "config.json").write_text("{}")
     with pytest.raises(CorruptArtifactError, match="reader/config.json"):
         bundle.health()
+    (moved / "reader" / "config.json").write_bytes(config)
+    # one flipped byte in the reader's weights: refused by every route of the running service
+    # (its models already loaded) and by the command, naming the file, before any answer
+    weights = moved / "reader" / "model.safetensors"
+    _flip_byte(weights)
+    with TestClient(create_app(bundle), raise_server_exceptions=False, base_url=LOCAL) as client:
+        for route, params in (("/ask", {"q": QUESTION}), ("/search", {"q": QUESTION}), ("/healthz", {})):
+            r = client.get(route, params=params)
+            assert r.status_code == 503 and str(weights) in r.json()["error"], (route, r.text)
+    r = _realm("ask", QUESTION, "--system-dir", str(moved))
+    assert r.returncode == 2 and f"error: {weights}" in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_the_query_side_reads_in_int8_when_asked(root: str) -> None:
@@ -256,6 +269,44 @@ def test_the_query_side_reads_in_int8_when_asked(root: str) -> None:
     # its answer is a span of a block it read, where that block says it is
     assert int8.answer and int8.block_id in int8.block_ids and int8.block_text is not None
     assert int8.block_text[int8.char_start:int8.char_end] == int8.answer
+
+
+def _flip_byte(path: Path) -> None:
+    """One bit-rotted byte in the middle of `path`: its size and name unchanged."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _realm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_damaged_knowledge_files_are_refused_by_the_command_and_every_route(root: str, tmp_path: Path) -> None:
+    """A damaged file of the live knowledge version is never searched or read: the running
+    service (its vectors already loaded) answers 503 on each route, the command ends in `error:
+    FILE` with exit 2, and random bytes in its blocks are the same error, never a traceback."""
+    store = _fresh(root, tmp_path / "s")
+    add_documents(_resolver(store), [str(_notes(tmp_path / "a.jsonl", FACT, "a"))])
+    engine = QueryEngine(_resolver(store))
+    with TestClient(create_app(engine), raise_server_exceptions=False, base_url=LOCAL) as client:
+        assert client.get("/search", params={"q": QUESTION}).status_code == 200
+        assert client.get("/ask", params={"q": QUESTION, "system": "bm25"}).status_code == 200
+        version = Path(store) / "knowledge" / "v00000002"
+        vectors = next(version.glob("vectors-*.npy"))
+        _flip_byte(vectors)
+        for route, params in (("/search", {"q": QUESTION}), ("/search", {"q": QUESTION, "retriever": "bm25"}),
+                              ("/ask", {"q": QUESTION, "system": "bm25"}), ("/healthz", {})):
+            r = client.get(route, params=params)
+            assert r.status_code == 503 and str(vectors) in r.json()["error"], (route, r.text)
+    search = ["search", QUESTION, "--preset", "tiny", "--root", store, *[a for s in UNTRAINED for a in ("--set", s)]]
+    r = _realm(*search)
+    assert r.returncode == 2 and f"error: {vectors}" in " ".join(r.stderr.split()), r.stderr
+    blocks = version / "blocks.parquet"
+    blocks.write_bytes(np.random.default_rng(0).bytes(blocks.stat().st_size))
+    r = _realm(*search)
+    assert r.returncode == 2 and f"error: {blocks}" in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def _fresh(root: str, dest: Path) -> str:
