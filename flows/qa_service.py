@@ -16,10 +16,12 @@ refresh-index has moved it on, the new version is loaded and swapped in; a reque
 searching keeps the old one to its end. Every error, whatever its status, is a JSON object
 with one field, `error`: bad input a 4xx, a damaged artifact a 503, never a plain-text 500.
 
-An add runs under the same lock as the models (its encoders use every core too): queries
-wait for it, then answer from the new version. It pays none of a `realm add` command's start
-(the libraries are imported and the query side loaded once, with the service): what it costs is
-the new blocks' embedding.
+An add runs beside the queries, one add at a time, with its own encoders, reading and
+embedding its documents in bounded batches (`realm add`'s path): queries go on answering from
+the live version until the new one is published, then answer from it. A body over
+`query.max_add_bytes` or a document over `query.max_document_chars` is a 413. On SIGTERM an
+add in flight stops at its next batch (nothing published, its temp files removed) and the
+service exits.
 
 Meant for the machine it runs on: requests whose Host header is not a loopback name (or the
 address it was told to listen on) are refused (a DNS-rebinding page cannot reach it), and
@@ -62,11 +64,11 @@ from realm_core.errors import (
 )
 from realm_core.knowledge_corpus import Added
 from realm_core.query import Answerer
+from realm_core.retrieval.knowledge_versions import Stopped
 from realm_core.system_bundle import add_to_engine
 
 PAGE = Path(__file__).with_name("qa_page.html")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-MAX_DOCUMENTS_BYTES = 256 * 2**20  # one POST /documents body; more is a 413 (send it in parts)
 
 
 class NewDocument(BaseModel):
@@ -89,13 +91,14 @@ class DocumentsRequest(BaseModel):
     reembed: bool = Field(False, description="then embed every block again: a full re-index (`--reembed`)")
 
 
-Adder = Callable[..., Added]  # (paths, kind, names, remove_docs, remove_sources, reembed_all=) -> Added
+Adder = Callable[..., Added]  # (paths, kind, names, remove_docs, remove_sources, reembed_all=, stop=) -> Added
 
 
-def grow_knowledge(add: Adder, body: DocumentsRequest) -> dict[str, Any]:
+def grow_knowledge(add: Adder, body: DocumentsRequest, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """`realm add` of the request's documents by `add` (`add_to_engine` on the served engine):
     each source's documents written as a JSONL file of a scratch folder, read by the same reader
-    (a bad document is the request's 400, the live version untouched)."""
+    (a bad document is the request's 400, the live version untouched); `stop` is asked between
+    batches (the folder is removed whether the add ends, fails or stops)."""
     if not (body.documents or body.remove or body.remove_source or body.reembed):
         raise QueryError("nothing to do: give documents, remove, remove_source or reembed")
     # what is not added is counted and named, as ingest counts it: a second document with an id
@@ -121,7 +124,8 @@ def grow_knowledge(add: Adder, body: DocumentsRequest) -> dict[str, Any]:
                             encoding="utf-8")
             paths.append(str(path))
         try:
-            added = add(paths, "jsonl", list(by_source), body.remove, body.remove_source, reembed_all=body.reembed)
+            added = add(paths, "jsonl", list(by_source), body.remove, body.remove_source, reembed_all=body.reembed,
+                        stop=stop)
         except InputError as e:
             if not e.path.startswith(tmp):
                 raise
@@ -139,20 +143,25 @@ def grow_knowledge(add: Adder, body: DocumentsRequest) -> dict[str, Any]:
 def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api_docs: bool = False,
                allow_add: bool = False, add: Adder | None = None) -> FastAPI:
     """The service over `engine`; `hosts` the Host header names it answers to; `allow_add`
-    opens POST /documents, which adds with `add` (default: `add_to_engine` on `engine`)."""
+    opens POST /documents, which adds with `add` (default: `add_to_engine` on `engine`).
+    `app.state.stopping`, once set (`run_server` sets it on SIGTERM), stops an add in flight."""
+    stopping = threading.Event()
     adder: Adder = add or (lambda *args, **kwargs: add_to_engine(engine, *args, **kwargs))
     app = FastAPI(title="realm", description="search and ask over the current REALM artifacts",
                   docs_url="/docs" if api_docs else None, redoc_url="/redoc" if api_docs else None,
                   openapi_url="/openapi.json" if api_docs else None)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
-    lock = threading.Lock()
+    app.state.stopping = stopping
+    lock = threading.Lock()  # one model call at a time
+    adding = threading.Lock()  # one add at a time (each holds a batch of blocks and its encoders)
+    limits = engine.cfg.query
     started = time.time()
 
     def status_of(e: Exception) -> int:
         if isinstance(e, MissingIndexError | MissingArtifactError):
             return 404
-        if isinstance(e, CorruptArtifactError | OSError):
-            return 503  # the artifacts, not the request, are at fault
+        if isinstance(e, CorruptArtifactError | OSError | Stopped):
+            return 503  # the artifacts or the service, not the request, are at fault
         return 400
 
     @app.exception_handler(RealmError)
@@ -220,16 +229,22 @@ def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api
         raw = bytearray()
         async for chunk in request.stream():  # read to the limit, never past it
             raw += chunk
-            if len(raw) > MAX_DOCUMENTS_BYTES:
-                raise HTTPException(413, f"body over {MAX_DOCUMENTS_BYTES // 2**20} MiB: send the documents in parts")
+            if len(raw) > limits.max_add_bytes:
+                raise HTTPException(413, f"body over query.max_add_bytes={limits.max_add_bytes:,} bytes: send the "
+                                         "documents in parts")
         try:
             body = DocumentsRequest.model_validate_json(raw)
         except ValidationError as e:  # answered as FastAPI's own validation errors are
             raise RequestValidationError(e.errors()) from None
+        del raw
+        for doc in body.documents:
+            if len(doc.text) > limits.max_document_chars:
+                raise HTTPException(413, f"document {doc.id!r}: {len(doc.text):,} characters, over "
+                                         f"query.max_document_chars={limits.max_document_chars:,}: split it")
 
         def add() -> dict[str, Any]:
-            with lock:
-                return grow_knowledge(adder, body)
+            with adding:  # queries go on meanwhile: the engine follows the new version once published
+                return grow_knowledge(adder, body, stopping.is_set)
 
         return await run_in_threadpool(add)
 
@@ -238,6 +253,19 @@ def create_app(engine: Answerer, *, hosts: tuple[str, ...] = LOOPBACK_HOSTS, api
         return PAGE.read_text(encoding="utf-8")
 
     return app
+
+
+def run_server(app: FastAPI, host: str, port: int) -> None:
+    """Serve `app` until SIGINT or SIGTERM; either also sets `app.state.stopping`, so that an add
+    in flight stops at its next batch instead of holding the shutdown until it ends."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.stopping.set()
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)).run()
 
 
 def free_port() -> int:

@@ -267,6 +267,10 @@ class QueryConfig(StageConfig):
     snippet_chars: int = Field(240, ge=20, description="characters of block text shown per hit")
     precision: Literal["fp32", "int8"] = Field(
         "fp32", description="the served reader's and query encoder's forwards: fp32, or int8" + INT8_HELP)
+    max_add_bytes: int = Field(256 * 2**20, ge=1, description=(
+        "largest POST /documents body `realm serve-qa --allow-add` reads (more is a 413: send it in parts)"))
+    max_document_chars: int = Field(2_000_000, ge=1, description=(
+        "longest document text a POST /documents takes (a longer one is a 413; `realm add` reads any)"))
 
 
 # Every stage that reads a block, and the field of its config that sets how many wordpieces it

@@ -8,8 +8,10 @@ grown without training again: `realm add` and the `grow-knowledge` flow call `ad
   An encoder tracked later (a new retriever made current by the nightly refresh) embeds every
   block of the corpus once; from then on only new blocks are embedded.
 - New documents are read by the ingest readers and cut into blocks by the pretraining corpus's
-  own tokenizer and block length; they are all read before anything is written, so a bad file
-  leaves the live version untouched (`error: <file>: ...`, exit 2).
+  own tokenizer and block length; they are all read and checked once before anything is
+  written, so a bad file leaves the live version untouched (`error: <file>: ...`, exit 2), then
+  read again a document at a time and cut, embedded and written in bounded batches: an add's
+  memory does not grow with its input.
 
 Versions, stable block ids and rollback: `realm_core.retrieval.knowledge_versions`.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,20 +128,52 @@ def source_names(paths: Sequence[str], names: str | Sequence[str] | None) -> lis
     return given
 
 
-def read_documents(paths: Sequence[str], kind: str, names: str | Sequence[str] | None,
-                   ingest: IngestConfig) -> list[dict[str, Any]]:
-    """Every document of the files, read whole before anything is written (a bad file raises the
-    ingest reader's InputError naming it); each tagged with its source name (`source_names`)."""
-    from realm_core.ingest.stage import iter_source_documents
+class DocumentFiles:
+    """The documents of files in one format, each tagged with its source name
+    (`source_names`): read by the ingest readers one document at a time, every time they are
+    iterated, so that an add of any size holds one document and one batch of blocks. `listing`
+    reads them all once first (a bad file raises the reader's InputError naming it, before
+    anything is written) and keeps each document's id and content hash."""
 
-    docs = []
-    stats: Counter[str] = Counter()
-    for path, name in zip(paths, source_names(paths, names), strict=True):
-        spec = SourceSpec(kind=kind, path=str(Path(path).resolve()), name=name)
-        for doc in iter_source_documents(spec, ingest, stats, NoProgress()):
-            docs.append({"doc_id": doc["doc_id"], "title": doc["title"], "text": doc["text"],
-                         "source": spec.source_name})
-    return docs
+    def __init__(self, paths: Sequence[str], kind: str, names: str | Sequence[str] | None,
+                 ingest: IngestConfig) -> None:
+        self.specs = [SourceSpec(kind=kind, path=str(Path(path).resolve()), name=name)
+                      for path, name in zip(paths, source_names(paths, names), strict=True)]
+        self.ingest = ingest
+        self.stats: Counter[str] = Counter()  # the last full reading's (documents read, dropped and why)
+        self._listing: list[tuple[str, str]] | None = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        from realm_core.ingest.stage import iter_source_documents
+
+        stats: Counter[str] = Counter()
+        for spec in self.specs:
+            for doc in iter_source_documents(spec, self.ingest, stats, NoProgress()):
+                yield {"doc_id": doc["doc_id"], "title": doc["title"], "text": doc["text"],
+                       "source": spec.source_name}
+        self.stats = stats
+
+    def listing(self, stop: Callable[[], bool] | None = None) -> list[tuple[str, str]]:
+        """(doc_id, doc_hash) of every document, in order: read once, then remembered."""
+        from realm_core.retrieval.knowledge_versions import Stopped, doc_hash
+
+        if self._listing is None:
+            listing = []
+            for doc in self:
+                if stop is not None and stop():
+                    raise Stopped("the knowledge corpus update was stopped; the live version is unchanged")
+                listing.append((doc["doc_id"], doc_hash(doc["title"], doc["text"])))
+            self._listing = listing
+        return self._listing
+
+
+def read_documents(paths: Sequence[str], kind: str, names: str | Sequence[str] | None,
+                   ingest: IngestConfig) -> DocumentFiles:
+    """The documents of the files (`DocumentFiles`), every one read and checked once before
+    this returns: a bad file raises the ingest reader's InputError naming it."""
+    documents = DocumentFiles(paths, kind, names, ingest)
+    documents.listing()
+    return documents
 
 
 def chunker(resolver: Resolver) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
@@ -181,10 +215,11 @@ def vanished_sources(corpus: KnowledgeCorpus, files: Sequence[Path]) -> list[str
     return sorted(set(current.table.column("source").to_pylist()) - pretraining - present)
 
 
-def grow(corpus: KnowledgeCorpus, documents: list[dict[str, Any]], chunk: Callable[[dict[str, Any]], list[dict[str, Any]]],
+def grow(corpus: KnowledgeCorpus, documents: Iterable[dict[str, Any]], chunk: Callable[[dict[str, Any]], list[dict[str, Any]]],
          tracked: dict[str, tuple[dict[str, Any], Embed]], remove_docs: Sequence[str] = (),
          remove_sources: Sequence[str] = (), reembed_all: bool = False,
-         log: Callable[[str], None] | None = None) -> tuple[KnowledgeVersion, dict[str, int]]:
+         log: Callable[[str], None] | None = None,
+         stop: Callable[[], bool] | None = None) -> tuple[KnowledgeVersion, dict[str, int]]:
     """The update itself, for a store's corpus or an exported system's alike: every encoder of
     `tracked` ({hash: (its record, its embedder)}) kept current (one new to the corpus embeds
     every block once), then the documents added and the removals made (only new blocks embedded),
@@ -200,14 +235,14 @@ def grow(corpus: KnowledgeCorpus, documents: list[dict[str, Any]], chunk: Callab
         if h not in current.encoders:  # a retriever new to this corpus: every block, once
             say(f"tracking document encoder {entry['spec']}: embedding the corpus's {len(current.block_ids):,} "
                 "blocks once")
-            current = track_encoder(corpus, h, entry, embed)
+            current = track_encoder(corpus, h, entry, embed, stop)
     missing = set(current.encoders) - set(embedders)
     if missing:
         raise ConfigError(f"{corpus.root}: no embedder for tracked encoder {sorted(missing)[0][:16]}")
-    version, counts = update(corpus, documents, chunk, embedders, remove_docs, remove_sources, say)
+    version, counts = update(corpus, documents, chunk, embedders, remove_docs, remove_sources, say, stop=stop)
     if reembed_all:
         say(f"re-embedding all {len(version.block_ids):,} blocks")
-        version = reembed(corpus, embedders)
+        version = reembed(corpus, embedders, stop)
         counts = {**counts, "blocks_embedded": counts["blocks_embedded"] + version.manifest["counts"]["blocks_embedded"]}
     return version, counts
 
@@ -216,14 +251,15 @@ def add_documents(resolver: Resolver, paths: Sequence[str] = (), kind: str = "js
                   name: str | Sequence[str] | None = None,
                   remove_docs: Sequence[str] = (), remove_sources: Sequence[str] = (),
                   progress: Progress | None = None, log: Callable[[str], None] | None = None,
-                  reembed_all: bool = False) -> Added:
+                  reembed_all: bool = False, stop: Callable[[], bool] | None = None) -> Added:
     """Grow (or shrink) the knowledge corpus of `resolver`'s store and publish a new version;
     `reembed_all` then embeds every block again (a full re-index of the corpus)."""
 
     say = log or (lambda _: None)
     progress = progress or NoProgress()
     t0 = time.perf_counter()
-    documents = read_documents(paths, kind, name, resolver.cfg.ingest)  # all read before any write
+    documents = DocumentFiles(paths, kind, name, resolver.cfg.ingest)
+    documents.listing(stop)  # every document read and checked once before anything is written
     corpus = KnowledgeCorpus.of_store(resolver.store)
     wanted = tracked_encoders(resolver)
     if not wanted:
@@ -245,7 +281,7 @@ def add_documents(resolver: Resolver, paths: Sequence[str] = (), kind: str = "js
                                                               "doc_encoder": resolver.store.resolve(entry["spec"])}))
         tracked = {h: (encoder_entry(resolver.store, c), block_embedder(c)) for h, c in configs.items()}
         version, counts = grow(corpus, documents, chunker(resolver), tracked, remove_docs, remove_sources,
-                               reembed_all, say)
+                               reembed_all, say, stop)
     return Added(version.number, previous, counts, time.perf_counter() - t0, sorted(tracked))
 
 

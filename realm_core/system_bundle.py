@@ -27,7 +27,7 @@ from realm_core.artifacts import sha256_file
 from realm_core.config import EmbedConfig, PipelineConfig, QueryConfig
 from realm_core.errors import ConfigError, CorruptArtifactError
 from realm_core.graph import Resolver
-from realm_core.knowledge_corpus import Added, add_documents, block_embedder, grow, read_documents
+from realm_core.knowledge_corpus import Added, DocumentFiles, add_documents, block_embedder, grow
 from realm_core.openqa.reading import BlockStore
 from realm_core.query import Answerer, LoadedSystem, QueryEngine
 from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, vectors_file, version_name
@@ -294,7 +294,8 @@ class BundleEngine(Answerer):
 def bundle_add(path: str | Path, paths: Sequence[str] = (), kind: str = "jsonl",
                name: str | Sequence[str] | None = None,
                remove_docs: Sequence[str] = (), remove_sources: Sequence[str] = (),
-               log: Callable[[str], None] | None = None, reembed_all: bool = False) -> Added:
+               log: Callable[[str], None] | None = None, reembed_all: bool = False,
+               stop: Callable[[], bool] | None = None) -> Added:
     """`realm add` on an exported system: its documents cut with its reader's tokenizer and the
     block length it was trained with, embedded by its own document encoder."""
     from collections import Counter
@@ -306,9 +307,9 @@ def bundle_add(path: str | Path, paths: Sequence[str] = (), kind: str = "jsonl",
     manifest = read_manifest(root)
     cfg = PipelineConfig.model_validate(manifest["config"])
     t0 = time.perf_counter()
-    documents = read_documents(paths, kind, name, cfg.ingest)
+    documents = DocumentFiles(paths, kind, name, cfg.ingest)
+    documents.listing(stop)  # every document read and checked once before anything is written
     corpus = KnowledgeCorpus(root / "knowledge")
-    previous = corpus.current_number()
     tracked = {}
     if manifest["doc_encoder_hash"] is not None:
         config = EmbedConfig.model_validate({**manifest["doc_embed"], "doc_encoder": str(root / "doc_encoder")})
@@ -317,22 +318,28 @@ def bundle_add(path: str | Path, paths: Sequence[str] = (), kind: str = "jsonl",
     backend = load_wordpieces(str(root / "reader"))
     stats: Counter[str] = Counter()
     max_wordpieces = int(manifest["trained_on"]["max_wordpieces"])
-    version, counts = grow(corpus, documents, lambda doc: list(chunk_document(backend, doc, max_wordpieces, stats)),
-                           tracked, remove_docs, remove_sources, reembed_all, log)
+    with corpus.lock():  # the version it is built on is the one it replaces
+        previous = corpus.current_number()
+        version, counts = grow(corpus, documents,
+                               lambda doc: list(chunk_document(backend, doc, max_wordpieces, stats)),
+                               tracked, remove_docs, remove_sources, reembed_all, log, stop)
     return Added(version.number, previous, counts, time.perf_counter() - t0, sorted(tracked))
 
 
 def add_to_engine(engine: Answerer, paths: Sequence[str] = (), kind: str = "jsonl",
                   names: str | Sequence[str] | None = None, remove_docs: Sequence[str] = (),
                   remove_sources: Sequence[str] = (), reembed_all: bool = False,
-                  log: Callable[[str], None] | None = None) -> Added:
+                  log: Callable[[str], None] | None = None, stop: Callable[[], bool] | None = None) -> Added:
     """`realm add` on the corpus `engine` answers from, in this process (the service's POST
-    /documents): an exported system's (`bundle_add`) or a store's (`add_documents`). The
-    engine's next query follows the new version."""
+    /documents): an exported system's (`bundle_add`) or a store's (`add_documents`), with its own
+    encoders and resolver, so that queries go on while it runs (the corpus's lock orders it
+    with other changes). The engine's next query follows the new version; `stop` is asked
+    between batches."""
     if isinstance(engine, BundleEngine):
         return bundle_add(engine.path, paths, kind, names, remove_docs, remove_sources, log=log,
-                          reembed_all=reembed_all)
+                          reembed_all=reembed_all, stop=stop)
     if isinstance(engine, QueryEngine):
-        return add_documents(engine.stages, paths, kind, names, remove_docs, remove_sources, log=log,
-                             reembed_all=reembed_all)
+        own = Resolver(engine.stages.cfg, engine.stages.store, engine.stages.hook, progress=engine.stages.progress)
+        return add_documents(own, paths, kind, names, remove_docs, remove_sources, log=log,
+                             reembed_all=reembed_all, stop=stop)
     raise TypeError(f"{type(engine).__name__}: expected a QueryEngine or a BundleEngine")

@@ -214,9 +214,7 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     Examples: realm serve-qa --port 8000, then open http://127.0.0.1:8000/
               realm serve-qa --allow-add, then
               curl -H 'Content-Type: application/json' -d '{"documents": [{"id": "n1", "title": "Notes", "text": "..."}], "source": "notes"}' http://127.0.0.1:8000/documents"""
-    import uvicorn
-
-    from flows.qa_service import LOOPBACK_HOSTS, create_app
+    from flows.qa_service import LOOPBACK_HOSTS, create_app, run_server
 
     with errors():
         if not 1 <= port <= 65535:
@@ -237,5 +235,4 @@ def serve_qa(port: Annotated[int, typer.Option(help="TCP port")] = 8000,
         out.print(f"realm QA service on http://{host}:{port}/ (serving {served})")
         if allow_add:
             out.print("POST /documents is on: a local client can grow the knowledge corpus")
-        uvicorn.run(create_app(engine, hosts=hosts, api_docs=api_docs, allow_add=allow_add), host=host, port=port,
-                    log_level="warning")
+        run_server(create_app(engine, hosts=hosts, api_docs=api_docs, allow_add=allow_add), host, port)

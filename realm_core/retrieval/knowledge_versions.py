@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from realm_core.artifacts import sha256_file
-from realm_core.errors import ArtifactError, ConfigError, CorruptArtifactError
+from realm_core.errors import ArtifactError, ConfigError, CorruptArtifactError, RealmError
 from realm_core.retrieval.versions import read_pointer
 
 FOLDER = "knowledge"
@@ -120,16 +120,38 @@ class KnowledgeVersion:
         encoders: dict[str, dict[str, Any]] = self.manifest["encoders"]
         return encoders
 
-    def vectors(self, encoder_hash: str, dense: bool = False) -> np.ndarray:
+    def documents(self) -> dict[str, tuple[str, str]]:
+        """{doc_id: (doc_hash, source)} of the live documents: what an update is planned against
+        (three short columns, never the texts)."""
+        path = self.check("blocks.parquet")
+        try:
+            t = pq.read_table(path, columns=["doc_id", "doc_hash", "source"])
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptArtifactError(path, f"unreadable Parquet ({type(e).__name__}: {str(e)[:200]})") from None
+        return {d: (h, s) for d, h, s in zip(t.column("doc_id").to_pylist(), t.column("doc_hash").to_pylist(),
+                                             t.column("source").to_pylist(), strict=True)}
+
+    def batches(self, rows: int = 4096) -> Iterator[pa.Table]:
+        """The live blocks, `rows` at a time in `block_ids` order: a new version is written from
+        them without the whole table in memory."""
+        path = self.check("blocks.parquet")
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+                yield pa.Table.from_batches([batch]).cast(BLOCK_SCHEMA)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptArtifactError(path, f"unreadable Parquet ({type(e).__name__}: {str(e)[:200]})") from None
+
+    def vectors(self, encoder_hash: str, dense: bool = False, mmap: bool = False) -> np.ndarray:
         """(N, D) the live blocks' vectors by the encoder of `encoder_hash`, in `block_ids` order;
-        `dense`: (M, D), rows by block id, zero where no live block has the id."""
+        `dense`: (M, D), rows by block id, zero where no live block has the id; `mmap`: mapped
+        from the file, read as rows are used."""
         if encoder_hash not in self.encoders:
             raise ConfigError(f"{self.path}: no vectors of document encoder {encoder_hash[:16]}; this "
                               f"knowledge corpus tracks {', '.join(h[:16] for h in self.encoders) or 'none'} "
                               "(`realm add` embeds with the encoders of the current index and the systems)")
         path = self.check(vectors_file(encoder_hash))
         try:
-            rows: np.ndarray = np.load(path, allow_pickle=False)
+            rows: np.ndarray = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
         except (OSError, ValueError) as e:
             raise CorruptArtifactError(path, f"unreadable vectors ({type(e).__name__}: {str(e)[:200]})") from None
         if not dense:
@@ -162,8 +184,8 @@ class KnowledgeVersion:
 class UpdatePlan:
     """What an update does to the documents of the current version."""
 
-    added: list[Document] = field(default_factory=list)     # new doc ids
-    changed: list[Document] = field(default_factory=list)   # known doc ids, other content
+    added: dict[str, str] = field(default_factory=dict)     # new doc ids: their content hash
+    changed: dict[str, str] = field(default_factory=dict)   # known doc ids, other content: its hash
     removed: set[str] = field(default_factory=set)          # doc ids dropped
     unchanged: set[str] = field(default_factory=set)        # doc ids given again, same content
 
@@ -172,32 +194,41 @@ class UpdatePlan:
                 "documents_removed": len(self.removed), "documents_unchanged": len(self.unchanged)}
 
 
-def plan_update(current: dict[str, tuple[str, str]], documents: Iterable[Document],
+def listing(documents: Iterable[Document]) -> list[tuple[str, str]]:
+    """(doc_id, doc_hash) of each document in order: a `DocumentFiles`' remembered listing, or
+    computed from documents in memory."""
+    known = getattr(documents, "listing", None)
+    if callable(known):
+        return list(known())
+    return [(d["doc_id"], doc_hash(d["title"], d["text"])) for d in documents]
+
+
+def plan_update(current: dict[str, tuple[str, str]], documents: Iterable[tuple[str, str]],
                 remove_docs: Iterable[str] = (), remove_sources: Iterable[str] = ()) -> UpdatePlan:
-    """The plan against `current` ({doc_id: (doc_hash, source)}): a document whose id is new is
+    """The plan of `documents` ((doc_id, doc_hash) pairs, `listing`) against `current`
+    ({doc_id: (doc_hash, source)}): a document whose id is new is
     added; one whose id is known is unchanged when its content hashes the same, else changed
     (its old blocks give way to the new ones); `remove_docs` and every document of
-    `remove_sources` are removed. A document both given and removed is refused."""
+    `remove_sources` are removed. A document both given and removed is refused. Only ids and
+    hashes are kept: the documents are read again, one at a time, to be cut (`update`)."""
     plan = UpdatePlan()
     drop = set(remove_docs) | {d for d, (_, source) in current.items() if source in set(remove_sources)}
     unknown = set(remove_docs) - set(current)
     if unknown:
         raise ConfigError(f"remove: no document {sorted(unknown)[0]!r} in the knowledge corpus")
     seen: set[str] = set()
-    for doc in documents:
-        doc_id = doc["doc_id"]
+    for doc_id, h in documents:
         if doc_id in drop:
             raise ConfigError(f"{doc_id}: both given and removed in one update")
         if doc_id in seen:
             continue  # the first of a doc id wins, as ingest does
         seen.add(doc_id)
-        h = doc_hash(doc["title"], doc["text"])
         if doc_id not in current:
-            plan.added.append({**doc, "doc_hash": h})
+            plan.added[doc_id] = h
         elif current[doc_id][0] == h:
             plan.unchanged.add(doc_id)
         else:
-            plan.changed.append({**doc, "doc_hash": h})
+            plan.changed[doc_id] = h
     plan.removed = drop
     return plan
 
@@ -284,41 +315,93 @@ class KnowledgeCorpus:
 
     def publish(self, table: pa.Table, vectors: dict[str, np.ndarray], encoders: dict[str, dict[str, Any]],
                 next_block_id: int, extra: dict[str, Any]) -> KnowledgeVersion:
-        """Write the next version in a temporary folder, check it, rename it into place, then make
-        it current: a reader sees the old version or the new one, never half of one."""
-        if table.schema != BLOCK_SCHEMA:
-            raise ArtifactError(f"{self.root}: knowledge blocks of an unexpected schema")
-        ids = table.column("block_id").to_numpy()
-        if len(ids) and (np.any(np.diff(ids) <= 0) or ids[-1] >= next_block_id):
-            raise ArtifactError(f"{self.root}: knowledge block ids must ascend below {next_block_id}")
-        for h, v in vectors.items():
-            if v.shape[0] != table.num_rows or not np.isfinite(v).all():
-                raise ArtifactError(f"{self.root}: vectors of {h[:16]}: {v.shape[0]} rows for {table.num_rows} "
-                                    "blocks, or not finite")
-        with self.lock():
-            return self._publish(table, vectors, encoders, next_block_id, extra)
+        """Publish a version held in memory whole (the first version: the pretraining corpus's
+        blocks and the embed stage's vectors of them)."""
+        def write(writer: VersionWriter) -> int:
+            writer.write(table, vectors)
+            return next_block_id
 
-    def _publish(self, table: pa.Table, vectors: dict[str, np.ndarray], encoders: dict[str, dict[str, Any]],
-                 next_block_id: int, extra: dict[str, Any]) -> KnowledgeVersion:
-        number = max(self.versions(), default=0) + 1
-        tmp = self.root / f".tmp-{version_name(number)}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
-        try:
-            pq.write_table(table, tmp / "blocks.parquet")
-            for h, v in vectors.items():
-                np.save(tmp / vectors_file(h), v.astype(np.float32), allow_pickle=False)
-            files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
-            manifest = {"schema_version": SCHEMA_VERSION, "version": number, "blocks": table.num_rows,
-                        "documents": len(set(table.column("doc_id").to_pylist())), "next_block_id": next_block_id,
-                        "encoders": encoders, "files": files,
-                        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-            os.rename(tmp, self.root / version_name(number))
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        self.set_current(number)
-        return self.version(number)
+        return self.publish_written(write, encoders, extra)
+
+    def publish_written(self, write: Callable[[VersionWriter], int], encoders: dict[str, dict[str, Any]],
+                        extra: dict[str, Any]) -> KnowledgeVersion:
+        """Write the next version in a temporary folder by `write` (batches of blocks and their
+        vectors into a `VersionWriter`; it returns the next free block id), check it, rename it
+        into place, then make it current: a reader sees the old version or the new one, never
+        half of one, and a failed or stopped write leaves nothing behind."""
+        with self.lock():
+            number = max(self.versions(), default=0) + 1
+            tmp = self.root / f".tmp-{version_name(number)}-{uuid.uuid4().hex[:8]}"
+            tmp.mkdir(parents=True)
+            try:
+                with VersionWriter(tmp, encoders) as writer:
+                    next_block_id = write(writer)
+                if writer.rows and writer.last_id >= next_block_id:
+                    raise ArtifactError(f"{self.root}: knowledge block ids must ascend below {next_block_id}")
+                files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
+                manifest = {"schema_version": SCHEMA_VERSION, "version": number, "blocks": writer.rows,
+                            "documents": len(writer.doc_ids), "next_block_id": next_block_id,
+                            "encoders": encoders, "files": files,
+                            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+                (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+                os.rename(tmp, self.root / version_name(number))
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            self.set_current(number)
+            return self.version(number)
+
+
+class VersionWriter:
+    """A new version's files, written a batch at a time into its temporary folder: the blocks
+    into `blocks.parquet` (a row group a batch), each tracked encoder's vectors appended to a raw
+    file, made a `.npy` when the writer closes. Each batch is checked as it comes (the schema,
+    ids ascending, one finite vector a block, one width an encoder), so memory holds one batch."""
+
+    def __init__(self, folder: Path, encoders: Iterable[str]) -> None:
+        self.folder, self.encoders = folder, list(encoders)
+        self.rows, self.last_id = 0, -1
+        self.doc_ids: set[str] = set()
+        self._blocks = pq.ParquetWriter(folder / "blocks.parquet", BLOCK_SCHEMA)
+        self._raw = {h: open(folder / f".{h[:16]}.f32", "wb") for h in self.encoders}  # noqa: SIM115
+        self._dims: dict[str, int] = {}
+
+    def __enter__(self) -> VersionWriter:
+        return self
+
+    def write(self, table: pa.Table, vectors: dict[str, np.ndarray]) -> None:
+        if table.schema != BLOCK_SCHEMA:
+            raise ArtifactError(f"{self.folder}: knowledge blocks of an unexpected schema")
+        if set(vectors) != set(self.encoders):
+            raise ArtifactError(f"{self.folder}: vectors of {sorted(h[:16] for h in vectors)} for encoders "
+                                f"{sorted(h[:16] for h in self.encoders)}")
+        ids = table.column("block_id").to_numpy()
+        if len(ids) and (np.any(np.diff(ids) <= 0) or ids[0] <= self.last_id):
+            raise ArtifactError(f"{self.folder}: knowledge block ids must ascend")
+        for h, v in vectors.items():
+            if v.ndim != 2 or v.shape[0] != table.num_rows or not np.isfinite(v).all() or \
+                    self._dims.setdefault(h, v.shape[1]) != v.shape[1]:
+                raise ArtifactError(f"{self.folder}: vectors of {h[:16]}: {v.shape} for {table.num_rows} blocks, "
+                                    "of another width, or not finite")
+            self._raw[h].write(np.ascontiguousarray(v, dtype=np.float32).tobytes())
+        self._blocks.write_table(table)
+        self.rows += table.num_rows
+        self.last_id = int(ids[-1]) if len(ids) else self.last_id
+        self.doc_ids.update(table.column("doc_id").to_pylist())
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        self._blocks.close()
+        for f in self._raw.values():
+            f.close()
+        if kind is not None:
+            return
+        for h in self.encoders:  # the raw rows behind a .npy header, copied a MiB at a time
+            raw = self.folder / f".{h[:16]}.f32"
+            header = {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self._dims.get(h, 0))}
+            with open(self.folder / vectors_file(h), "wb") as out, open(raw, "rb") as src:
+                np.lib.format.write_array_header_1_0(out, header)
+                shutil.copyfileobj(src, out, 1 << 20)
+            raw.unlink()
 
 
 def initial_version(corpus: KnowledgeCorpus, blocks: pa.Table, documents: pa.Table,
@@ -354,50 +437,125 @@ def _live(corpus: KnowledgeCorpus, embedders: dict[str, Embed] | None = None) ->
     return current
 
 
-def update(corpus: KnowledgeCorpus, documents: list[Document], chunk: Callable[[Document], list[Document]],
+# new blocks cut, embedded and written at a time: what bounds an update's memory, and how long a
+# stop waits (a few seconds of embedding on two cores)
+ADD_BATCH_BLOCKS = 256
+Stop = Callable[[], bool]  # asked between batches: True ends the update (nothing published)
+
+
+class Stopped(RealmError):
+    """An update was asked to stop (the service shutting down): nothing was published."""
+
+
+STOP_EVERY_BLOCKS = 32  # blocks embedded between two questions to `stop` (about a second on two cores)
+
+
+def _embedded(batch: pa.Table, embedders: dict[str, Embed], stop: Stop | None) -> dict[str, np.ndarray]:
+    """Each encoder's vectors of `batch`'s blocks; with `stop`, embedded `STOP_EVERY_BLOCKS` at a
+    time and `stop` asked before each."""
+    titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
+    assert texts, "an empty batch is never embedded"
+    step = STOP_EVERY_BLOCKS if stop is not None else len(texts)
+    parts: dict[str, list[np.ndarray]] = {h: [] for h in embedders}
+    for i in range(0, len(texts), step):
+        if stop is not None and stop():
+            raise Stopped("the knowledge corpus update was stopped; the live version is unchanged")
+        for h, embed in embedders.items():
+            parts[h].append(np.asarray(embed(titles[i:i + step], texts[i:i + step]), dtype=np.float32))
+    return {h: np.concatenate(p) for h, p in parts.items()}
+
+
+def update(corpus: KnowledgeCorpus, documents: Iterable[Document], chunk: Callable[[Document], list[Document]],
            embedders: dict[str, Embed], remove_docs: Iterable[str] = (), remove_sources: Iterable[str] = (),
-           progress: Callable[[str], None] | None = None) -> tuple[KnowledgeVersion, dict[str, int]]:
+           progress: Callable[[str], None] | None = None, batch_blocks: int = ADD_BATCH_BLOCKS,
+           stop: Stop | None = None) -> tuple[KnowledgeVersion, dict[str, int]]:
     """A new version: the current one with `documents` added or changed and the removals made.
     Only the blocks of added and changed documents are embedded (by each tracked encoder's
     `embedders[hash]`); every other block keeps its id and vector. Nothing is published when
-    the plan is empty (the same documents given again): the current version is returned."""
+    the plan is empty (the same documents given again): the current version is returned.
+
+    `documents` is read twice, one document at a time (a list, or `read_documents`' files): once
+    to plan (ids and hashes; a bad file is refused here, before anything is written), once to
+    cut the new documents, `batch_blocks` blocks embedded and written at a time. Memory holds
+    one batch, whatever the input's size; `stop` is asked between batches."""
     say = progress or (lambda _: None)
     with corpus.lock():
         current = _live(corpus, embedders)
-        t = current.table
-        by_doc = {d: (h, s) for d, h, s in zip(t.column("doc_id").to_pylist(), t.column("doc_hash").to_pylist(),
-                                               t.column("source").to_pylist(), strict=True)}
-        plan = plan_update(by_doc, documents, remove_docs, remove_sources)
+        plan = plan_update(current.documents(), listing(documents), remove_docs, remove_sources)
+        live = len(current.block_ids)
         if not (plan.added or plan.changed or plan.removed):
             return current, {**plan.counts(), "blocks_added": 0, "blocks_removed": 0,
-                             "blocks_reused": t.num_rows, "blocks_embedded": 0}
-        gone = plan.removed | {d["doc_id"] for d in plan.changed}
-        keep = np.asarray([d not in gone for d in t.column("doc_id").to_pylist()], dtype=bool)  # (N,)
-        new_rows: list[Document] = []
-        next_id = current.id_range
-        for doc in [*plan.added, *plan.changed]:
-            for block in chunk(doc):
-                new_rows.append({"block_id": next_id, "doc_id": doc["doc_id"], "source": doc["source"],
-                                 "doc_hash": doc["doc_hash"], "title": block["title"], "text": block["text"]})
-                next_id += 1
-        new = pa.Table.from_pylist(new_rows, schema=BLOCK_SCHEMA)
-        table = pa.concat_tables([t.filter(pa.array(keep)), new])  # ids ascend: new ones are past every old one
-        say(f"{len(new_rows):,} new blocks to embed; {int(keep.sum()):,} kept")
-        vectors = {}
-        for h, embed in embedders.items():
-            old = current.vectors(h)[keep]  # (kept, D)
-            fresh = embed(new.column("title").to_pylist(), new.column("text").to_pylist()) if new_rows else \
-                np.zeros((0, old.shape[1]), dtype=np.float32)
-            vectors[h] = np.concatenate([old, fresh.astype(np.float32)])
-        counts = {**plan.counts(), "blocks_added": len(new_rows), "blocks_removed": int((~keep).sum()),
-                  "blocks_reused": int(keep.sum()), "blocks_embedded": len(new_rows) * len(embedders)}
-        version = corpus.publish(table, vectors, current.encoders, next_id,
-                                 {"parent": current.number, "counts": counts,
-                                  "chunking": current.manifest.get("chunking", {})})
-        return version, counts
+                             "blocks_reused": live, "blocks_embedded": 0}
+        gone = plan.removed | set(plan.changed)
+        todo = {**plan.added, **plan.changed}
+        extra: dict[str, Any] = {"parent": current.number, "chunking": current.manifest.get("chunking", {})}
+
+        def write(writer: VersionWriter) -> int:
+            kept = 0
+            old = {h: current.vectors(h, mmap=True) for h in embedders}  # (N, D) each, mapped
+            offset = 0
+            for batch in current.batches():
+                keep = np.asarray([d not in gone for d in batch.column("doc_id").to_pylist()], dtype=bool)
+                writer.write(batch.filter(pa.array(keep)),
+                             {h: np.asarray(v[offset:offset + batch.num_rows][keep]) for h, v in old.items()})
+                offset, kept = offset + batch.num_rows, kept + int(keep.sum())
+            next_id, added = current.id_range, 0
+            pending: list[Document] = []
+
+            def flush() -> None:
+                nonlocal pending, added
+                if pending:
+                    new = pa.Table.from_pylist(pending, schema=BLOCK_SCHEMA)
+                    writer.write(new, _embedded(new, embedders, stop))
+                    added += len(pending)
+                    say(f"blocks embedded: {added:,} of new documents ({len(todo):,} documents left)")
+                    pending = []
+
+            for doc in documents:
+                h = todo.pop(doc["doc_id"], None)  # the first of an id wins, as planned
+                if h is None:
+                    continue
+                if doc_hash(doc["title"], doc["text"]) != h:
+                    raise ConfigError(f"{doc.get('source', 'the input')}: document {doc['doc_id']!r} changed "
+                                      "while it was being added; add it again")
+                for block in chunk(doc):
+                    pending.append({"block_id": next_id, "doc_id": doc["doc_id"], "source": doc["source"],
+                                    "doc_hash": h, "title": block["title"], "text": block["text"]})
+                    next_id += 1
+                if len(pending) >= batch_blocks:
+                    flush()
+            flush()
+            if todo:
+                raise ConfigError(f"{len(todo)} documents planned were not read again (first: "
+                                  f"{next(iter(todo))!r}): the input changed during the add; add it again")
+            extra["counts"] = {**plan.counts(), "blocks_added": added, "blocks_removed": live - kept,
+                               "blocks_reused": kept, "blocks_embedded": added * len(embedders)}
+            return next_id
+
+        say(f"{len(plan.added) + len(plan.changed):,} documents to cut and embed; {len(plan.removed):,} removed")
+        version = corpus.publish_written(write, current.encoders, extra)
+        return version, dict(extra["counts"])
 
 
-def track_encoder(corpus: KnowledgeCorpus, encoder_hash: str, entry: dict[str, Any], embed: Embed) -> KnowledgeVersion:
+def _rewritten(corpus: KnowledgeCorpus, current: KnowledgeVersion, keep: dict[str, Embed | None],
+               encoders: dict[str, dict[str, Any]], extra: dict[str, Any], stop: Stop | None = None) -> KnowledgeVersion:
+    """A new version of the same blocks: each encoder of `keep` embeds every block again
+    (an `Embed`) or keeps its vectors (None), a batch at a time."""
+    def write(writer: VersionWriter) -> int:
+        old = {h: current.vectors(h, mmap=True) for h, e in keep.items() if e is None}
+        offset = 0
+        for batch in current.batches(ADD_BATCH_BLOCKS):
+            fresh = _embedded(batch, {h: e for h, e in keep.items() if e is not None}, stop)
+            writer.write(batch, {**fresh, **{h: np.asarray(v[offset:offset + batch.num_rows]) for h, v in old.items()}})
+            offset += batch.num_rows
+        return current.id_range
+
+    return corpus.publish_written(write, encoders, {"parent": current.number,
+                                                    "chunking": current.manifest.get("chunking", {}), **extra})
+
+
+def track_encoder(corpus: KnowledgeCorpus, encoder_hash: str, entry: dict[str, Any], embed: Embed,
+                  stop: Stop | None = None) -> KnowledgeVersion:
     """A new version that also keeps the vectors of one more document encoder (a retriever the
     query side now searches with): every live block embedded by it, once. The blocks and the
     other encoders' vectors are the current version's."""
@@ -405,27 +563,22 @@ def track_encoder(corpus: KnowledgeCorpus, encoder_hash: str, entry: dict[str, A
         current = _live(corpus)
         if encoder_hash in current.encoders:
             return current
-        t = current.table
-        vectors = {h: current.vectors(h) for h in current.encoders}
-        vectors[encoder_hash] = embed(t.column("title").to_pylist(), t.column("text").to_pylist())
+        n = len(current.block_ids)
+        keep: dict[str, Embed | None] = {**{h: None for h in current.encoders}, encoder_hash: embed}
         counts = {"documents_added": 0, "documents_changed": 0, "documents_removed": 0, "documents_unchanged": 0,
-                  "blocks_added": 0, "blocks_removed": 0, "blocks_reused": t.num_rows, "blocks_embedded": t.num_rows}
-        return corpus.publish(t, vectors, {**current.encoders, encoder_hash: entry}, current.id_range,
-                              {"parent": current.number, "counts": counts, "tracked": encoder_hash,
-                               "chunking": current.manifest.get("chunking", {})})
+                  "blocks_added": 0, "blocks_removed": 0, "blocks_reused": n, "blocks_embedded": n}
+        return _rewritten(corpus, current, keep, {**current.encoders, encoder_hash: entry},
+                          {"counts": counts, "tracked": encoder_hash}, stop)
 
 
-def reembed(corpus: KnowledgeCorpus, embedders: dict[str, Embed]) -> KnowledgeVersion:
+def reembed(corpus: KnowledgeCorpus, embedders: dict[str, Embed], stop: Stop | None = None) -> KnowledgeVersion:
     """A new version with every live block embedded again by each tracked encoder: the full
     re-index of the knowledge corpus (what an update avoids), same blocks and ids."""
     with corpus.lock():
         current = _live(corpus, embedders)
-        t = current.table
-        titles, texts = t.column("title").to_pylist(), t.column("text").to_pylist()
-        vectors = {h: embedders[h](titles, texts) for h in current.encoders}
+        n = len(current.block_ids)
         counts = {"documents_added": 0, "documents_changed": 0, "documents_removed": 0, "documents_unchanged": 0,
                   "blocks_added": 0, "blocks_removed": 0, "blocks_reused": 0,
-                  "blocks_embedded": t.num_rows * len(vectors)}
-        return corpus.publish(t, vectors, current.encoders, current.id_range,
-                              {"parent": current.number, "counts": counts, "reembedded": True,
-                               "chunking": current.manifest.get("chunking", {})})
+                  "blocks_embedded": n * len(current.encoders)}
+        return _rewritten(corpus, current, {h: embedders[h] for h in current.encoders},
+                          current.encoders, {"counts": counts, "reembedded": True}, stop)

@@ -3,25 +3,46 @@ files and their source names paired in order, and a reader's complaint about a s
 as the request's document that caused it."""
 
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from flows.qa_service import DocumentsRequest, grow_knowledge
+from realm_core.config import QueryConfig
 from realm_core.errors import InputError, QueryError
 from realm_core.knowledge_corpus import Added
+from realm_core.retrieval.knowledge_versions import Stopped
 
 
 class Recorder:
     """An add that reads what it was given, and refuses a document titled "bad" as the JSONL
     reader refuses a line (its engine's /healthz never asked here)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **limits: int) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.cfg = SimpleNamespace(query=QueryConfig(**limits))
+        self.started, self.release = threading.Event(), threading.Event()
+        self.release.set()  # unless a test holds the add
+
+    def health(self) -> dict[str, Any]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {}
 
     def add_documents(self, paths: list[str], kind: str, names: list[str], remove_docs: list[str],
-                      remove_sources: list[str], reembed_all: bool = False) -> Added:
+                      remove_sources: list[str], reembed_all: bool = False,
+                      stop: Callable[[], bool] | None = None) -> Added:
+        self.scratch = [Path(p) for p in paths]
+        assert all(p.is_file() for p in self.scratch)
+        self.started.set()
+        while not self.release.wait(0.05):  # an add in its batches, asking `stop` between them
+            if stop is not None and stop():
+                raise Stopped("the knowledge corpus update was stopped; the live version is unchanged")
         files = [[json.loads(line) for line in Path(p).read_text().splitlines()] for p in paths]
         self.calls.append({"files": files, "kind": kind, "names": names, "remove": remove_docs,
                            "remove_sources": remove_sources, "reembed": reembed_all})
@@ -65,13 +86,13 @@ def test_a_request_that_asks_nothing_is_refused_before_the_engine_is_called() ->
     assert engine.calls == []
 
 
-def test_the_endpoint_is_off_unless_asked_and_takes_bounded_json_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_endpoint_is_off_unless_asked_and_takes_bounded_json_only() -> None:
     from fastapi.testclient import TestClient
 
     import flows.qa_service as service
 
     body = {"documents": [{"id": "a", "title": "A", "text": "one"}]}
-    engine = Recorder()
+    engine = Recorder(max_add_bytes=64, max_document_chars=20)
     with TestClient(service.create_app(engine, add=engine.add_documents),  # type: ignore[arg-type]
                     base_url="http://127.0.0.1") as client:
         assert client.post("/documents", json=body).status_code == 403
@@ -79,9 +100,10 @@ def test_the_endpoint_is_off_unless_asked_and_takes_bounded_json_only(monkeypatc
                     base_url="http://127.0.0.1") as client:
         r = client.post("/documents", content=json.dumps(body), headers={"content-type": "text/plain"})
         assert r.status_code == 415 and r.json() == {"error": "content-type text/plain: expected application/json"}
-        monkeypatch.setattr(service, "MAX_DOCUMENTS_BYTES", 64)
         r = client.post("/documents", json={"documents": [{"id": "a", "title": "A", "text": "x" * 100}]})
-        assert r.status_code == 413 and "send the documents in parts" in r.json()["error"]
+        assert r.status_code == 413 and "query.max_add_bytes=64 bytes" in r.json()["error"]
+        r = client.post("/documents", json={"documents": [{"id": "a", "text": "x" * 21}]})
+        assert r.status_code == 413 and "document 'a': 21 characters" in r.json()["error"]
         assert engine.calls == []  # nothing refused reached the engine
         r = client.post("/documents", json=body)
         assert r.status_code == 200 and r.json()["version"] == 7 and engine.calls[0]["names"] == ["added"]
@@ -100,3 +122,29 @@ def test_a_repeated_id_and_an_empty_text_are_counted_and_named() -> None:
     with pytest.raises(QueryError, match="no document to add: 1 with an empty text"):
         grow_knowledge(engine.add_documents, DocumentsRequest.model_validate(
             {"documents": [{"id": "w", "title": "W", "text": "   "}]}))
+
+
+def test_an_add_leaves_the_service_answering_and_stops_on_shutdown() -> None:
+    """An add in flight holds no lock a query needs (the health check, searches and questions
+    answer meanwhile), and once the service is stopping it ends at its next batch: a 503, its
+    scratch folder removed."""
+    from fastapi.testclient import TestClient
+
+    import flows.qa_service as service
+
+    engine = Recorder()
+    engine.release.clear()
+    app = service.create_app(engine, allow_add=True, add=engine.add_documents)  # type: ignore[arg-type]
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        answers: dict[str, Any] = {}
+        post = threading.Thread(target=lambda: answers.update(r=client.post("/documents", json={
+            "documents": [{"id": "a", "title": "A", "text": "one"}]})))
+        post.start()
+        assert engine.started.wait(30)
+        assert client.get("/healthz").status_code == 200  # answered while the add runs
+        app.state.stopping.set()  # what SIGTERM sets (`run_server`)
+        post.join(30)
+        assert not post.is_alive()
+        r = answers["r"]
+        assert r.status_code == 503 and "stopped" in r.json()["error"]
+        assert engine.calls == [] and engine.scratch and not any(p.exists() for p in engine.scratch)

@@ -15,6 +15,7 @@ from realm_core.retrieval.knowledge_versions import (
     KnowledgeCorpus,
     doc_hash,
     initial_version,
+    listing,
     plan_update,
     update,
 )
@@ -62,18 +63,18 @@ def corpus(tmp_path: Path) -> tuple[KnowledgeCorpus, CountingEmbedder]:
 def test_the_plan_adds_keeps_replaces_and_removes() -> None:
     current = {"w:a": (doc_hash("A", "x"), "enwiki"), "w:b": (doc_hash("B", "y"), "enwiki"),
                "n:c": (doc_hash("C", "z"), "notes")}
-    plan = plan_update(current, [{"doc_id": "w:a", "title": "A", "text": "x"},      # unchanged
-                                 {"doc_id": "w:b", "title": "B", "text": "y2"},     # changed
-                                 {"doc_id": "n:d", "title": "D", "text": "new"},    # added
-                                 {"doc_id": "n:d", "title": "D", "text": "again"}],  # the first wins
+    plan = plan_update(current, listing([{"doc_id": "w:a", "title": "A", "text": "x"},      # unchanged
+                                         {"doc_id": "w:b", "title": "B", "text": "y2"},     # changed
+                                         {"doc_id": "n:d", "title": "D", "text": "new"},    # added
+                                         {"doc_id": "n:d", "title": "D", "text": "again"}]),  # the first wins
                        remove_sources=["notes"])
     assert plan.counts() == {"documents_added": 1, "documents_changed": 1, "documents_removed": 1,
                              "documents_unchanged": 1}
-    assert [d["text"] for d in plan.added] == ["new"] and plan.removed == {"n:c"}
+    assert plan.added == {"n:d": doc_hash("D", "new")} and plan.removed == {"n:c"}
     with pytest.raises(ConfigError, match="no document 'n:x'"):
         plan_update(current, [], remove_docs=["n:x"])
     with pytest.raises(ConfigError, match="both given and removed"):
-        plan_update(current, [{"doc_id": "n:c", "title": "C", "text": "z"}], remove_sources=["notes"])
+        plan_update(current, [("n:c", doc_hash("C", "z"))], remove_sources=["notes"])
 
 
 def test_add_readd_change_and_remove(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
@@ -107,6 +108,65 @@ def test_add_readd_change_and_remove(corpus: tuple[KnowledgeCorpus, CountingEmbe
     kc.set_current(2)
     current = kc.current()
     assert current is not None and current.block_ids.tolist() == [0, 1, 2, 3, 4]
+
+
+class CountingDocuments:
+    """Documents made one at a time each time they are iterated (as `DocumentFiles` reads its
+    files): counts the passes and how many documents were made."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.passes, self.made = n, 0, 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self.passes += 1
+        for i in range(self.n):
+            self.made += 1
+            yield _doc(f"n:{i}", f"Block {i} one. Block {i} two. Block {i} three.")
+
+
+def test_an_add_is_cut_embedded_and_written_in_bounded_batches(
+        corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
+    """Memory holds one batch of new blocks, whatever the input's size: the encoder is never
+    given more than a batch, the documents are streamed (read twice, never held), and the
+    version written batch by batch equals the one the whole input gives at once."""
+    kc, embed = corpus
+    sizes: list[int] = []
+
+    def batched(titles: list[str], texts: list[str]) -> np.ndarray:
+        sizes.append(len(texts))
+        return embed(titles, texts)
+
+    docs = CountingDocuments(40)  # 120 blocks
+    v2, counts = update(kc, docs, _chunk, {H: batched}, batch_blocks=10)
+    assert counts["blocks_added"] == 120 and counts["blocks_reused"] == 3 and sum(sizes) == 120
+    assert max(sizes) <= 10 + 2  # a batch closes on a document's end: at most one document's blocks over
+    assert docs.passes == 2 and docs.made == 80  # planned from one reading, cut from a second
+    assert v2.block_ids.tolist() == list(range(123)) and v2.manifest["blocks"] == 123
+    assert v2.manifest["counts"] == counts and v2.verify() > 0
+    whole = KnowledgeCorpus(kc.root.parent / "whole")
+    first = kc.version(1)
+    initial_version(whole, first.table, pa.table({"doc_id": ["w:a", "w:b"], "title": ["A", "B"],
+                                                   "text": ["Alpha one. Alpha two.", "Beta."],
+                                                   "source": ["enwiki", "enwiki"]}),
+                    {H: first.vectors(H)}, {H: {"spec": "enc"}}, {})
+    at_once, _ = update(whole, list(CountingDocuments(40)), _chunk, {H: embed}, batch_blocks=10**6)
+    assert at_once.table.equals(v2.table) and np.array_equal(at_once.vectors(H), v2.vectors(H))
+
+
+def test_a_stopped_add_publishes_nothing_and_leaves_nothing(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
+    from realm_core.retrieval.knowledge_versions import Stopped
+
+    kc, embed = corpus
+    asked = []
+
+    def stop() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # the third batch is refused
+
+    with pytest.raises(Stopped, match="live version is unchanged"):
+        update(kc, CountingDocuments(40), _chunk, {H: embed}, batch_blocks=10, stop=stop)
+    assert kc.current_number() == 1 and kc.versions() == [1]
+    assert not any(p.name.startswith(".tmp") for p in kc.root.iterdir())
 
 
 def test_a_failed_update_leaves_the_live_version(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
@@ -149,6 +209,6 @@ def test_several_files_each_with_its_source_name(tmp_path: Path) -> None:
     assert source_names(files, ["squad", "enwiki"]) == ["squad", "enwiki"]
     with pytest.raises(ConfigError, match="--name given 3 times for 2 files"):
         source_names(files, ["a", "b", "c"])
-    docs = read_documents(files, "jsonl", ["squad", "enwiki"], load_config("tiny").ingest)
+    docs = list(read_documents(files, "jsonl", ["squad", "enwiki"], load_config("tiny").ingest))
     assert [(d["source"], d["title"]) for d in docs] == [("squad", "notes"), ("enwiki", "wiki.part2")]
     assert docs[0]["doc_id"].startswith("squad") and docs[1]["doc_id"].startswith("enwiki")

@@ -360,7 +360,7 @@ def test_a_rollback_waits_for_an_add_in_flight(root: str, tmp_path: Path) -> Non
     seen: list[bool] = []
 
     def log(line: str) -> None:  # said with the add's lock held
-        if "new blocks to embed" in line and not rollback.is_alive() and not seen:
+        if "to cut and embed" in line and not rollback.is_alive() and not seen:
             rollback.start()
             rollback.join(2.0)
             seen.append(rollback.is_alive())  # still waiting for the add's lock
@@ -398,3 +398,93 @@ def test_verify_checks_knowledge_versions_beside_the_artifacts(root: str, tmp_pa
     bad = verify()
     assert bad.returncode == 2 and f"{vectors}" in bad.stderr and "sha256" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _live_doc_ids(store: str) -> list[str]:
+    current = KnowledgeCorpus(Path(store) / "knowledge").current()
+    assert current is not None
+    return current.table.column("doc_id").to_pylist()
+
+
+def test_an_add_racing_a_post_keeps_both(root: str, tmp_path: Path) -> None:
+    """`realm add` in one thread and the service's POST /documents in another, on a store with no
+    knowledge version yet: both are acknowledged, and each document is live exactly once."""
+    import threading
+
+    store = _fresh(root, tmp_path / "s")
+    engine = QueryEngine(_resolver(store))
+    errors: list[BaseException] = []
+
+    def add() -> None:
+        try:
+            add_documents(_resolver(store), [str(_notes(tmp_path / "cli.jsonl", FACT, "c1"))])
+        except BaseException as e:  # noqa: BLE001  a failure in a thread is the test's
+            errors.append(e)
+
+    with TestClient(create_app(engine, allow_add=True), raise_server_exceptions=False, base_url=LOCAL) as client:
+        thread = threading.Thread(target=add)
+        thread.start()
+        r = client.post("/documents", json={"documents": [{"id": "p1", "title": "Posted", "text": FACT}],
+                                            "source": "posted"})
+        thread.join(600)
+    assert r.status_code == 200 and not errors, (r.text, errors)
+    ids = _live_doc_ids(store)
+    assert ids.count("cli:c1") == len({i for i in ids if i == "cli:c1"}) == 1
+    assert sum(1 for i in ids if i.startswith("cli:")) == 1 and sum(1 for i in ids if i.startswith("posted:")) == 1
+    assert KnowledgeCorpus(Path(store) / "knowledge").versions()[0] == 1  # one first version
+
+
+def test_sigterm_stops_an_add_in_flight_and_leaves_nothing(root: str, tmp_path: Path) -> None:
+    """The real service, adding a large POST, is sent SIGTERM: it exits within seconds, nothing is
+    published, and neither its scratch folder nor a half-written version is left."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import httpx
+
+    from flows.qa_service import free_port
+
+    store = tmp_path / "s"
+    shutil.copytree(root, store)
+    add_documents(_resolver(str(store)), [str(_notes(tmp_path / "seed.jsonl", FACT, "seed"))])
+    corpus = KnowledgeCorpus(store / "knowledge")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    port = free_port()
+    cmd = [str(Path(sys.executable).with_name("realm")), "serve-qa", "--port", str(port), "--allow-add",
+           "--preset", "tiny", "--root", str(store), *[a for s in UNTRAINED for a in ("--set", s)]]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(scratch)})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 300
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.time() < deadline, "serve-qa did not start"
+            time.sleep(0.5)
+        versions = corpus.versions()
+        words = " ".join(f"word{i}" for i in range(300))
+        body = {"documents": [{"id": f"d{i}", "title": f"Doc {i}", "text": f"{i} {words}"} for i in range(3000)]}
+        threading.Thread(target=lambda: httpx.post(f"{url}/documents", json=body, timeout=600), daemon=True).start()
+        deadline = time.time() + 120
+        while not any(scratch.glob("realm-documents-*")):  # the add has begun
+            assert time.time() < deadline, "the POST never started its add"
+            time.sleep(0.2)
+        time.sleep(3)  # into its batches
+        assert proc.poll() is None, "the add ended before it could be stopped: make the POST larger"
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert time.time() - t0 < 20, f"took {time.time() - t0:.1f} s to stop"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not any(scratch.glob("realm-documents-*")), "the request's scratch folder was left"
+    assert corpus.versions() == versions and not list(corpus.root.glob(".tmp-*"))
