@@ -112,8 +112,11 @@ def other_cpu_share(busy: tuple[float | None, float | None], own: tuple[float | 
 def demo_record(result: dict[str, Any], store: Any, wall_seconds: float) -> dict[str, Any]:
     """What `bench/results/demo.json` holds of a finished demo: its wall time, each stage's seconds
     (0 for a cache hit's lookup), the encoders' precision, the machine, the corpus, SQuAD-open test
-    EM of each system and how many reader rows the evaluation read and reused. The caller adds
+    EM of each system and how many reader rows the evaluation read and reused, each stage's peak
+    resident memory and the process's (this process ran every stage). The caller adds
     `other_cpu_share` (what else ran on the machine meanwhile)."""
+    import resource
+
     import torch
 
     from realm_core.distributed import resolve_device, resolve_precision
@@ -131,6 +134,8 @@ def demo_record(result: dict[str, Any], store: Any, wall_seconds: float) -> dict
             "precision": resolve_precision(resolve_device("auto"), "auto"),
             "cpu": cpu_description(), "threads": torch.get_num_threads(),
             "stages": {name: round(s["seconds"], 1) for name, s in stages.items()},
+            "stages_peak_rss_mb": {name: s.get("peak_rss_mb") for name, s in stages.items()},
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "squad_open_em": {name: round(m["EM"], 4) for name, m in squad.items()},
             "reads": ({"pairs_read": stats["reader rows read"], "pairs_reused": stats["reader rows reused"]}
                       if "reader rows read" in stats else None),

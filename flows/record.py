@@ -7,23 +7,12 @@ from the copy in bench/results."""
 from __future__ import annotations
 
 import json
-import platform
 from pathlib import Path
 from typing import Any
 
+from flows.demo import cpu_description
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig
-
-
-def cpu_name() -> str:
-    """The processor's model name (lscpu's), or the platform's word for it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[str, float]) -> dict[str, Any]:
@@ -56,7 +45,7 @@ def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[st
         "preset": cfg.preset,
         "wall_seconds": round(sum(stages.values()), 1),
         "precision": pretrain.stats["precision"],
-        "cpu": cpu_name(),
+        "cpu": cpu_description(),
         "stages": stages,
         "heldout": {"examples": heldout["examples"], "recoverable": heldout["recoverable"],
                     "systems": heldout["systems"], "gain": heldout["gain"], "by_retrieval": heldout["by_retrieval"]},

@@ -84,26 +84,33 @@ class StageRun:
     seconds: float
     report: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    peak_rss_mb: float | None = None  # this process's resident memory at its largest during the call
 
     def summary(self) -> dict[str, Any]:
         return {"artifact": self.ref.path if self.ref else None, "cached": self.cached,
-                "seconds": round(self.seconds, 2), "stats": self.stats}
+                "seconds": round(self.seconds, 2), "peak_rss_mb": self.peak_rss_mb, "stats": self.stats}
 
 
 Hook = Callable[[Stage, StageInputs], StageRun]
 
 
 def call_directly(stage: Stage, inputs: StageInputs) -> StageRun:
-    """The plain hook: run the stage in this process and time it."""
-    t0 = time.perf_counter()
-    result = stage.run(inputs)
-    return stage_run(stage, inputs.cfg, result, time.perf_counter() - t0)
+    """The plain hook: run the stage in this process, timed and its memory measured."""
+    return measured_run(stage.name, stage.config(inputs.cfg), lambda: stage.run(inputs))
 
 
-def stage_run(stage: Stage, cfg: PipelineConfig, result: StageResult | None, seconds: float) -> StageRun:
+def measured_run(name: str, config: dict[str, Any], run: Callable[[], StageResult | None]) -> StageRun:
+    """The StageRun of one stage call `run()`: its wall seconds and this process's peak resident
+    memory during it (`PeakMemory`) beside what it returned (None: the stage is off)."""
+    from realm_core.memory import PeakMemory
+
+    with PeakMemory() as peak:
+        t0 = time.perf_counter()
+        result = run()
+        seconds = time.perf_counter() - t0
     if result is None:
-        return StageRun(stage.name, None, True, {"skipped": "off in this config"}, seconds, "", stage.config(cfg))
-    return StageRun(stage.name, result.ref, result.cached, result.stats, seconds, result.report, stage.config(cfg))
+        return StageRun(name, None, True, {"skipped": "off in this config"}, seconds, "", config, peak.mb)
+    return StageRun(name, result.ref, result.cached, result.stats, seconds, result.report, config, peak.mb)
 
 
 # --- runners: one call into realm_core each -------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,7 @@ from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger
 
 from realm_core.artifacts import StageResult
-from realm_core.graph import StageRun
+from realm_core.graph import StageRun, measured_run
 from realm_core.progress import LogProgress, Progress
 
 
@@ -64,12 +63,7 @@ def reported_stage(name: str, title: str, run: Callable[[Progress], StageResult 
     """The one path of every task that runs a stage: time the realm_core call (given the run's
     progress reporter), publish its report with the config it ran on, and return the StageRun
     that flows pass on (artifact, cache hit or not, stats, seconds, report)."""
-    t0 = time.perf_counter()
-    result = run(run_progress())
-    seconds = time.perf_counter() - t0
-    if result is None:
-        done = StageRun(name, None, True, {"skipped": "off in this config"}, seconds, "", config)
-    else:
-        done = StageRun(name, result.ref, result.cached, result.stats, seconds, result.report, config)
-    publish_stage_report(title, done.ref, done.cached, done.stats, done.seconds, done.report, done.config)
+    done = measured_run(name, config, lambda: run(run_progress()))
+    stats = {**done.stats, "peak_rss_mb": done.peak_rss_mb} if done.peak_rss_mb is not None else done.stats
+    publish_stage_report(title, done.ref, done.cached, stats, done.seconds, done.report, done.config)
     return done

@@ -1,0 +1,61 @@
+"""A process's resident memory while a piece of work runs: what each stage's report and the
+demo's record state as its peak, so that a stage that holds too much is named."""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from types import TracebackType
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory now (Linux's /proc/self/statm), or None elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * PAGE / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeakMemory:
+    """The largest resident memory of this process seen while the block runs, sampled every
+    `every` seconds by a daemon thread (and at both ends): `mb` once the block has ended. Where
+    the lifetime peak (`getrusage`) rose during the block above every sample, that is taken."""
+
+    def __init__(self, every: float = 0.25) -> None:
+        self.every = every
+        self.mb: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="peak-memory", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(self.every):
+            self._see(resident_mb())
+
+    def _see(self, mb: float | None) -> None:
+        if mb is not None:
+            self.mb = max(self.mb or 0.0, mb)
+
+    @staticmethod
+    def _lifetime_mb() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+    def __enter__(self) -> PeakMemory:
+        self._before = self._lifetime_mb()
+        self._see(resident_mb())
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._done.set()
+        self._thread.join()
+        self._see(resident_mb())
+        after = self._lifetime_mb()
+        if after > self._before:  # a new lifetime peak was reached inside the block
+            self._see(after)
+        if self.mb is not None:
+            self.mb = round(self.mb, 1)
