@@ -115,29 +115,14 @@ laptop: $(STAMP)
 # Does the pretraining reader copy a span from a block that holds it, and can it be taught to?
 # (docs/experiments/realm-gain.md, "Does the reader read?"). About an hour on 2 cores; the readers
 # of REALM's and null-only's runs are measured too where `experiments/pretrain.py` has trained them.
-# READING_NAME names its result file, which `make realm-copy-start` reads the reader from.
+# READING_NAME names its result file. Pretraining starts from a copy-trained reader through the
+# `reader_copy` stage (`make laptop`), not from this script's.
 READING_ARGS ?= --copy-steps 400 --copy-batch 16 --eval-examples 500
 READING_NAME ?= realm_reading
 realm-reading: $(STAMP)
 	$(BIN)/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml $(READING_ARGS) \
 		--name $(READING_NAME) $(PRECISION_SET)
 	$(BIN)/python bench/readme_tables.py $(READING_NAME)
-
-# REALM from the copy-trained reader `make realm-reading` saved: does the retriever now learn on
-# real text? Then the span-holding block's rank under the run's encoders against ICT's.
-# COPY_SET adds settings to both commands (e.g. COPY_SET="--set pretrain.copy_weight=1"); COPY_NAME
-# names the result file.
-COPY_SET ?=
-COPY_NAME ?= realm_reading_copy_start
-COPY_START = --config experiments/configs/realm_copy_start.yaml --set pretrain.reader_mlm.steps=0 $(COPY_SET)
-realm-copy-start: $(STAMP)
-	@reader="$$($(BIN)/python -c 'import json; print(json.load(open("bench/results/$(READING_NAME).json"))["copy_training"]["reader"])')"; \
-	test -d "$$reader" || { echo "error: bench/results/$(READING_NAME).json: its copy-trained reader is not on this machine; run make realm-reading first" >&2; exit 2; }; \
-	set -ex; \
-	$(BIN)/realm pretrain $(COPY_START) --set pretrain.reader_encoder="$$reader" $(PRECISION_SET); \
-	$(BIN)/python experiments/realm_reading.py $(COPY_START) --set pretrain.reader_encoder="$$reader" --eval-examples 0 \
-		--name $(COPY_NAME) $(PRECISION_SET)
-	$(BIN)/python bench/readme_tables.py $(COPY_NAME)
 
 # REALM Table 2 at a 2-core pretraining budget: every ablation row (docs/experiments/table-2.md).
 realm-table: $(STAMP)

@@ -116,26 +116,17 @@ def zero_shot(cfg: PipelineConfig, store: ArtifactStore, resolver: Resolver, rea
     return out
 
 
-# pretrain.copy_weight's term per step, where the run had it: how many of the batch had a
-# span-holding block z*, and the share of those the reader alone got right reading z*
-COPY_KEYS = ("copy_coverage", "copy_accuracy")
-
-
 def steps_of(art: Any) -> list[dict[str, Any]]:
-    """A pretraining artifact's logged steps, with the copy term's columns where it has them."""
+    """A pretraining artifact's logged steps."""
     steps: list[dict[str, Any]] = art.read_table("pretrain_metrics").to_pylist()
-    if "pretrain_copy_metrics" not in art.manifest["rows"]:
-        return steps
-    copy = {r["step"]: r for r in art.read_table("pretrain_copy_metrics").to_pylist()}
-    return [r | {k: copy[r["step"]][k] for k in COPY_KEYS} if r["step"] in copy else r for r in steps]
+    return steps
 
 
 def curves(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """A run's learning curves: each logged step's loss, retrieval utility, p(null) and share of
-    examples whose span a retrieved block held (and the copy term's, where the run had it), and
-    the same on the held-out test at each evaluation beside its span accuracy."""
+    examples whose span a retrieved block held, and the same on the held-out test at each evaluation beside its span accuracy."""
     keep = ("step", "loss", "span_accuracy", "retrieval_utility", "p_null", "answer_retrieved", "p_holder")
-    return {"steps": [{**{k: r.get(k) for k in keep}, **{k: r[k] for k in COPY_KEYS if k in r}} for r in run["steps"]],
+    return {"steps": [{k: r.get(k) for k in keep} for r in run["steps"]],
             "evals": [{"step": r["step"], "heldout_accuracy": r["span_accuracy"],
                        "p_null": r.get("p_null"), "retrieval_utility": r.get("retrieval_utility"),
                        "answer_retrieved": r.get("answer_retrieved"), "p_holder": r.get("p_holder")}

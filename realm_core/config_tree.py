@@ -77,6 +77,8 @@ REMOVED_OPTIONS = {
     "finetune.gold_passage.negatives": "BM25 hard negatives cost BM25 + reader on dev",
     "finetune.gold_passage.positive": "the corpus-block positive was noise on dev",
     "ict.pooling": "mean pooling was noise on dev; ICT pools [CLS]",
+    "pretrain.copy_weight": "the copy objective beside REALM's loss measured no gain; the reader_copy stage "
+                            "teaches the reader to copy before pretraining",
 }
 
 

@@ -50,25 +50,8 @@ class StageConfig(BaseModel):
                 out[name] = nested
         return out
 
-    def inert_fields(self) -> frozenset[str]:
-        """Fields that do nothing given the values of the others (a term that reads retrieved
-        blocks in a run that retrieves none): hashed at their defaults, so that runs differing only
-        in them share a key, and read by the code that runs the stage, which ignores them."""
-        return frozenset()
-
-    def hashed_view(self) -> StageConfig:
-        """This config with its inert fields, and those of the stage configs nested in it, at their
-        defaults: what `config_hash` hashes."""
-        update: dict[str, object] = {f: type(self).model_fields[f].default for f in self.inert_fields()}
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if name not in update and isinstance(value, StageConfig) and (view := value.hashed_view()) is not value:
-                update[name] = view
-        return self.model_copy(update=update) if update else self
-
     def config_hash(self) -> str:
         """sha256 of the canonical JSON of this config (field order independent)."""
-        view = self.hashed_view()
-        data = view.model_dump(mode="json", exclude=view.hash_exclude())  # type: ignore[arg-type]
+        data = self.model_dump(mode="json", exclude=self.hash_exclude())  # type: ignore[arg-type]
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

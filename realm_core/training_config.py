@@ -139,18 +139,6 @@ class PretrainConfig(TrainerConfig):
     # The stages hash the encoder's weights and configs (`encoder_hash`), not its path: a moved copy hits the cache.
     LOCATION_FIELDS: ClassVar[frozenset[str]] = frozenset({"reader_encoder", "fresh_encoder"})
 
-    def inert_fields(self) -> frozenset[str]:
-        """The copy objective reads retrieved blocks, and a null-only run has none: it is the same
-        run whatever `copy_weight` says, keyed as at 0, so a pair run with the term on
-        (`make realm-gain GAIN_SET="--set pretrain.copy_weight=1"`) shares its null-only row."""
-        return frozenset({"copy_weight"}) if self.retrieval == "null_only" else frozenset()
-
-    @property
-    def copies(self) -> bool:
-        """Whether the copy objective runs beside REALM's loss: a weight above 0 on a run that
-        retrieves (the one statement of it the loop, the stage's tables and report read)."""
-        return self.copy_weight > 0 and self.retrieval == "realm"
-
     warm_start: Literal["ict", "retromae", "none"] = Field(
         "ict", description="initial query/document encoders: a warm-start artifact, or fresh heads")
     fresh_projection_dim: int = Field(
@@ -200,13 +188,6 @@ class PretrainConfig(TrainerConfig):
         "50-step mean crosses 0 by chance while retrieval still does not help; opened on such a "
         "crossing, the retriever collapsed onto the null block within 25 steps "
         "(docs/experiments/realm-gain.md)")
-    copy_weight: float = Field(
-        0.0, ge=0, description="weight of a copy objective added to REALM's loss: for each training example "
-        "whose masked span an allowed block holds, -log p(y|x,z*) of the reader reading z* alone, z* the "
-        "holder the current retriever scores highest. Keeps the reader copying while the retrieved blocks "
-        "mostly lack the span (on the demo corpus REALM's own loss taught its reader to ignore them: "
-        "docs/experiments/realm-gain.md). One process only; the corpus's wordpieces are held in memory. "
-        "0: REALM's loss alone, as the paper")
     null_weight: float | None = Field(
         None, gt=0, lt=1, description="the null block's fixed share of the marginal likelihood, the "
         "retriever's softmax taken over the retrieved blocks alone: its gradient then ranks the retrieved "

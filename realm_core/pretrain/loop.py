@@ -40,7 +40,6 @@ from torch.profiler import record_function
 
 from realm_core.config import PretrainConfig
 from realm_core.distributed import Placement, gradient_sync, unwrap
-from realm_core.errors import ConfigError
 from realm_core.pretrain.batches import (
     NULL_BLOCK,
     BlockTexts,
@@ -61,7 +60,6 @@ from realm_core.pretrain.reader import (
     marginal_likelihood,
     span_predictions,
 )
-from realm_core.pretrain.reading import allowed_holders, evidence_loss
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
 from realm_core.pretrain.schedule import first_trained_step, retriever_learns_at
 from realm_core.progress import NoProgress, Progress
@@ -106,7 +104,7 @@ class PretrainData:
     @cached_property
     def locator(self) -> SpanLocator:
         """Which blocks hold a wordpiece sequence as whole words (every block's wordpieces in
-        memory: built on first use, by the held-out rows and `pretrain.copy_weight`)."""
+        memory: built on first use, by the held-out rows)."""
         return SpanLocator(title_body_wordpieces(self.blocks, self.tokenizer), self.continuation)
 
 
@@ -186,29 +184,6 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
     out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask,
                               config.null_weight)
     return out, batch, scores, queries
-
-
-def copy_term(models: RealmModels, examples: list[MaskedExample], queries: np.ndarray, index: IndexHandle,
-              data: PretrainData, config: PretrainConfig, placement: Placement) -> tuple[torch.Tensor, int, int]:
-    """The copy objective beside REALM's (`pretrain.copy_weight`) for one (micro-)batch: for each
-    example whose masked span an allowed block holds, -log p(y|x,z*) of the reader reading z*
-    alone, z* the holder that the current query encoder scores highest against the index's
-    vectors (the retriever's own best guess among the blocks that could answer; `queries` (B, D)
-    are the batch's query embeddings `realm_forward` searched with). Returns (the sum
-    over those examples, with gradient into the reader only; how many had a holder; how many of
-    them the reader got right)."""
-    dev = placement.device
-    rows, chosen = [], []
-    for i, ex in enumerate(examples):
-        held = allowed_holders(ex, data.locator, data.blocks, config.exclusion)  # (C,)
-        if len(held):
-            rows.append(i)
-            chosen.append(int(held[np.argmax(index.index.reconstruct(held) @ queries[i])]))
-    if not rows:
-        return torch.zeros((), device=dev), 0, 0
-    nll, right = evidence_loss(models.reader, [examples[i] for i in rows], np.asarray(chosen, dtype=np.int64),
-                               data.blocks, data.tokenizer, config.reader_length, placement)
-    return nll.float().sum(), len(rows), int(right.sum())
 
 
 def span_correct(out: MarginalOutput, batch: ReaderBatch) -> torch.Tensor:
@@ -323,10 +298,6 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     index = index_at(index_step) if index_at is not None else None
     # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
     retrieving = index_at is not None and config.retrieval == "realm"
-    copying = retrieving and config.copies
-    if copying and place.world_size > 1:
-        raise ConfigError("pretrain.copy_weight reads each batch with the reader twice, which one process "
-                          "does; under torchrun set it to 0")
     shared = RealmModels(place.data_parallel(models.reader) if models.reader in trainable else models.reader,
                          *(place.data_parallel(m) if m in trainable and retrieving else m
                            for m in (models.query_encoder, models.doc_encoder)))
@@ -369,23 +340,15 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
         optimizer.zero_grad(set_to_none=True)
         totals = dict.fromkeys(EVAL_METRICS, 0.0)
         loss_sum = 0.0
-        copied = dict.fromkeys(("copy_loss", "copy_examples", "copy_correct"), 0.0)
         micro = max(1, math.ceil(len(examples) / config.grad_accumulation))
         starts = range(0, len(examples), micro)
         for start_i in starts:
             chunk = examples[start_i:start_i + micro]
             with gradient_sync(syncing, sync=start_i == starts[-1]):
-                out, batch, scores, queries = realm_forward(shared, chunk, index, data, config, place,
-                                                            train_retriever=retriever_learns)
+                out, batch, scores, _ = realm_forward(shared, chunk, index, data, config, place,
+                                                      train_retriever=retriever_learns)
                 weight = len(chunk) * place.world_size / len(picks)
-                loss = out.loss
-                if copying and index is not None and queries is not None:
-                    # the mean over the chunk's examples, those without a holder adding 0
-                    nll, n_held, n_right = copy_term(shared, chunk, queries, index, data, config, place)
-                    loss = loss + config.copy_weight * nll / len(chunk)
-                    for k, v in zip(copied, (float(nll.detach()), n_held, n_right), strict=True):
-                        copied[k] += v
-                (loss * weight).backward()  # type: ignore[no-untyped-call]
+                (out.loss * weight).backward()  # type: ignore[no-untyped-call]
             loss_sum += out.loss.item() * len(chunk)
             for k, v in batch_metrics(out, batch, scores, holders_in_batch(chunk, batch, data)).items():
                 totals[k] += v * len(chunk)
@@ -402,9 +365,6 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
                **{k: v / len(picks) for k, v in zip(totals, summed, strict=True)},
                "index_step": float(index_step), "staleness": float(base_step + done - index_step),
                "retriever_trained": float(retriever_learns),
-               **({"copy_loss": copied["copy_loss"] / max(copied["copy_examples"], 1),
-                   "copy_coverage": copied["copy_examples"] / len(examples),
-                   "copy_accuracy": copied["copy_correct"] / max(copied["copy_examples"], 1)} if copying else {}),
                "steps_per_s": 1.0 / max(now - t_last, 1e-9),
                "blocked_s": refresher.blocked_seconds if refresher else 0.0}
         t_last = now

@@ -138,7 +138,7 @@ def evidence_loss(reader: Any, examples: Sequence[MaskedExample], evidence: np.n
     """REALM's reader reading each example's `evidence` block alone (evidence: (B,) block ids, every
     one >= 0): (-log p(y|x,z) summed over each example's masked wordpieces, (B,) with gradient;
     every masked wordpiece predicted right, (B,) bool). The copy objective's loss, whether it
-    trains a reader alone (`train_copy_reader`) or beside REALM's (`pretrain.copy_weight`)."""
+    trains a reader alone (`train_copy_reader`, the `reader_copy` stage)."""
     import torch
 
     batch = reader_batch(list(examples), evidence[:, None], blocks, tokenizer, reader_length).to(placement.device)

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
 from realm_core.blocks import blocks_tokenizer
@@ -46,22 +44,10 @@ from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_blocks
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
-from realm_core.schemas import SCHEMAS, TableSchema
 from realm_core.spans.mining import open_mined
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
-# pretrain.copy_weight's term per step, written only when it is on: -log p(y|x,z*) over the
-# examples with a span-holding block z*, the share of the batch with one, and how many of those
-# read z* right. Registered here, beside the stage that writes it, so that it moves this stage's
-# code hash alone (every stage that reads realm_core.schemas hashes the shared tables).
-PRETRAIN_COPY_METRICS = SCHEMAS.setdefault("pretrain_copy_metrics", TableSchema("pretrain_copy_metrics", 1, pa.schema([
-    ("step", pa.int64()),
-    ("copy_loss", pa.float64()),
-    ("copy_coverage", pa.float64()),
-    ("copy_accuracy", pa.float64()),
-])))
-COPY_COLUMNS = ("copy_loss", "copy_coverage", "copy_accuracy")
 STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "p_holder",
                 "staleness", "retriever_trained")
 EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved",
@@ -294,8 +280,8 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
     warning = (f"**Retrieval utility stayed below 0 from step {collapse[0]} to {collapse[1]}** (mean of "
                f"every {window} steps): the retrieved blocks made the masked spans less likely than the "
                "null block, the sign of a retriever collapsing onto it.\n\n" if collapse else "")
-    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n" + curve_markdown(curves.steps, STEP_COLUMNS + (COPY_COLUMNS if config.copies else ()))
-              + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
+    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n"
+              + curve_markdown(curves.steps, STEP_COLUMNS) + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
     query_encoder.step = doc_encoder.step = base_step + config.steps
     with cache.write() as out:
         reader.save_pretrained(out.tmp / "reader")
@@ -304,9 +290,6 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
             enc.eval()
             enc.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
         out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
-        if config.copies:
-            out.table(PRETRAIN_COPY_METRICS.kind).write([{k: r[k] for k in ("step", *COPY_COLUMNS)}
-                                                         for r in curves.steps])
         out.table("pretrain_eval").write(curves.evals)
         out.table("pretrain_heldout").write(heldout_rows)
         plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],

@@ -93,6 +93,8 @@ def test_a_removed_option_is_refused_with_why_and_where(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"old.yaml: finetune.gold_passage.negatives was removed .*Removed options"):
         load_config("tiny", old)
     load_config("tiny", overrides=["finetune.gold_passage.steps=3"])  # its siblings are untouched
+    with pytest.raises(ConfigError, match=r"pretrain.copy_weight was removed \(the copy objective"):
+        load_config("tiny", overrides=["pretrain.copy_weight=0"])
 
 
 def test_yaml_file_merges_over_preset(tmp_path: Path) -> None:

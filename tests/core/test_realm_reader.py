@@ -222,39 +222,3 @@ def test_bf16_autocast_step_tracks_the_fp32_step(setup: Setup) -> None:
     assert bf16.loss.item() != fp32.loss.item()  # the autocast really ran in bf16
     bf16.loss.backward()
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in setup.models.reader.parameters())
-
-
-def test_the_copy_term_reads_the_best_scored_allowed_holder_alone(setup: Setup) -> None:
-    """`pretrain.copy_weight`'s term: -log p(y|x,z*) with z* the allowed block holding the span
-    that the query encoder scores highest, 0 for an example no allowed block holds."""
-    from realm_core.distributed import Placement
-    from realm_core.pretrain.loop import copy_term
-
-    tok, data = setup.data.tokenizer, setup.data
-    config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
-    # "ada" is held by blocks 0 and 2 (bodies) and 1 (its title); the query's own block is 3
-    held = _example(tok, "Ada met Babbage.", 3)
-    nowhere = _example(tok, "Zebras met Babbage.", 3)
-    handle = IndexHandle(setup.index, 0)
-    with torch.no_grad():
-        q = setup.models.query_encoder(torch.tensor([held.input_ids]), torch.ones(1, len(held.input_ids),
-                                                                                  dtype=torch.long))[0]
-    z = int(np.argmax(setup.vectors[[0, 1, 2]] @ q.numpy()))
-    queries = np.stack([q.numpy(), setup.models.query_encoder(
-        torch.tensor([nowhere.input_ids]), torch.ones(1, len(nowhere.input_ids), dtype=torch.long))[0].detach().numpy()])
-    nll, n_held, n_right = copy_term(setup.models, [held, nowhere], queries, handle, data, config, Placement.single())
-    batch = reader_batch([held], np.array([[z]]), data.blocks, tok, config.reader_length)
-    with torch.no_grad():
-        log_probs = setup.models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (1, 2, M, V)
-    right = int(log_probs[0, 1, 0].argmax()) == held.targets[0]
-    assert (n_held, n_right) == (1, int(right))
-    assert float(nll.detach()) == pytest.approx(-float(log_probs[0, 1, 0, held.targets[0]]), abs=1e-4)
-    nll.backward()
-    grads = [p.grad for p in setup.models.reader.parameters() if p.grad is not None]
-    assert grads and any(float(g.abs().sum()) > 0 for g in grads)
-    # the retriever only picks z*: no gradient reaches it through the copy term
-    assert all(p.grad is None for p in setup.models.query_encoder.parameters())
-    # an example with its own block the only holder has none: own block 1 ("London")
-    alone, n, _ = copy_term(setup.models, [_example(tok, "London is big.", 1)], queries[:1], handle, data, config,
-                            Placement.single())
-    assert n == 0 and float(alone) == 0.0

@@ -152,36 +152,6 @@ def test_a_frozen_first_phase_keeps_the_warm_start_and_skips_its_refreshes(tiny_
 
 
 
-def test_a_copy_weight_trains_the_reader_on_its_best_holder_beside_realms_loss(tiny_upstream: TinyUpstream,
-                                                                             tmp_path: Path) -> None:
-    """`pretrain.copy_weight`: each step also trains the reader on the best-scored allowed block
-    holding each example's span; the logged marginal loss then departs from the same run without it."""
-    _, cfg, _ = tiny_upstream
-    store, refs = _copy(tiny_upstream, tmp_path / "c")
-    plain_run = store.open(_pretrain(store, refs, cfg).ref)
-    copied_run = store.open(_pretrain(store, refs, cfg, copy_weight=1.0).ref)
-    plain, copied = (run.read_table("pretrain_metrics").to_pylist() for run in (plain_run, copied_run))
-    assert not any(f.startswith("pretrain_copy_metrics/") for f in plain_run.manifest["files"])  # off: not written
-    copy = copied_run.read_table("pretrain_copy_metrics").to_pylist()
-    assert [r["step"] for r in copy] == [r["step"] for r in copied]
-    assert all(0 <= r["copy_coverage"] <= 1 and 0 <= r["copy_accuracy"] <= 1 for r in copy)
-    assert any(r["copy_coverage"] > 0 for r in copy)
-    assert all(r["copy_loss"] > 0 for r in copy if r["copy_coverage"] > 0)
-    assert copied[0]["loss"] == pytest.approx(plain[0]["loss"], abs=1e-6)  # the same first forward
-    assert [r["loss"] for r in copied[1:]] != [r["loss"] for r in plain[1:]]  # then a reader trained otherwise
-    # experiments/pretrain.py's curves carry the copy term's columns where the run had it
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
-    import pretrain as pretrain_experiment
-
-    with_copy = pretrain_experiment.curves({"steps": pretrain_experiment.steps_of(copied_run), "eval": []})["steps"]
-    assert [(r["step"], r["copy_accuracy"], r["copy_coverage"]) for r in with_copy] == \
-        [(r["step"], r["copy_accuracy"], r["copy_coverage"]) for r in copy]
-    without = pretrain_experiment.curves({"steps": pretrain_experiment.steps_of(plain_run), "eval": []})["steps"]
-    assert [r["loss"] for r in without] == [r["loss"] for r in plain] and "copy_accuracy" not in without[0]
-
-
 def test_the_unfreeze_gate_keeps_the_encoders_frozen_until_retrieval_helps(tiny_upstream: TinyUpstream,
                                                                          tmp_path: Path) -> None:
     """`pretrain.retriever_unfreeze_utility`: a threshold no utility reaches keeps the warm
