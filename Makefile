@@ -23,7 +23,7 @@ QA_PORT ?= 8000
 FIND_LINKS ?= $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/.*find-links='\([^']*\)'.*/\1/p" | head -1)
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: venv demo demo-record test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism laptop realm-reading realm-copy-start realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
+.PHONY: venv browser demo demo-record test test-fast test-slow serve serve-qa stop bench retrieval-table realm-mechanism laptop realm-reading realm-table openqa-table openqa-open-phase warm-start-table scaling-table lock lint clean
 
 venv: $(STAMP)
 
@@ -55,7 +55,18 @@ demo-record:
 	$(BIN)/python bench/readme_tables.py
 
 # Each tier names its ten slowest tests, so CI's log says where the 30-minute budget goes.
-test: $(STAMP)
+# The page test's browser: Debian's chromium, installed where apt-get is there and this is root;
+# elsewhere the page test is skipped and the line below says why.
+browser:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the page test"; \
+		apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+		|| { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; } \
+		|| echo "warning: apt-get could not install chromium: the page test will be skipped"; \
+	else echo "note: no chromium, and no apt-get as root to install it: the page test will be skipped"; fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest tests -m "not slow" -q --durations=10
 	$(BIN)/python -m pytest tests -m slow -q --durations=10
 
