@@ -10,7 +10,6 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -186,56 +185,6 @@ def _window_mean(steps: list[dict[str, float]], key: str, lo: int, hi: int) -> f
     """The mean of `key` over the logged steps lo..hi (inclusive)."""
     vals = [r[key] for r in steps if lo <= r["step"] <= hi]
     return float(sum(vals) / len(vals))
-
-
-def collapse_table(result: Result) -> str:
-    """The gain runs whose retriever collapsed onto the null block once it trained
-    (bench/results/realm_gain_collapse.json, the per-step rows of each run's last checkpoint):
-    retrieval utility, p(null) and the share of examples whose span a retrieved block held before
-    and after the encoders began to train, and the steps p(null) took to pass 0.5 and 0.99."""
-    lines = ["| run | steps | encoders | mean retrieval utility | mean p(null) | span in a retrieved block (%) |",
-             "|---|---|---|---:|---:|---:|"]
-    notes = []
-    for name, run in result["runs"].items():
-        steps, opened = run["steps"], run["config"]["retriever_trained_from_step"]
-        last = int(max(r["step"] for r in steps))
-        mean = partial(_window_mean, steps)
-        for lo, hi in ((opened - 50, opened - 1), (opened, opened + 24), (opened + 25, last)):
-            if lo > hi:
-                continue
-            lines.append(f"| {name} | {lo}-{hi} | {'trained' if lo >= opened else 'frozen'} | "
-                         f"{mean('retrieval_utility', lo, hi):+.3f} | {mean('p_null', lo, hi):.3f} | "
-                         f"{100 * mean('answer_retrieved', lo, hi):.1f} |")
-        past = {t: next((int(r["step"]) - opened for r in steps if r["step"] >= opened and r["p_null"] > t), None)
-                for t in (0.5, 0.99)}
-        notes.append(f"*{name}*: the encoders trained from step {opened}; p(null) passed 0.5 {past[0.5]} steps "
-                     f"later and 0.99 {past[0.99]} steps later; stopped at step {last}.")
-    first = next(iter(result["runs"].values()))
-    cfg = first["config"]
-    same = (f", the same seeds and batches (identical to step {cfg['retriever_frozen_steps']})"
-            if len(result["runs"]) > 1 else "")
-    text = (f"{'Every run' if same else 'The run'}: batch {cfg['batch_size']}, encoders at "
-            f"{cfg['retriever_lr_scale']:g}x the reader's rate once they train{same}. " + " ".join(notes))
-    longest = max(result["runs"].values(), key=lambda r: len(r["evals"]))
-    opened = longest["config"]["retriever_trained_from_step"]
-    frozen = [e for e in longest["evals"] if e["step"] < opened]
-    trained = [e for e in longest["evals"] if e["step"] >= opened]
-    if trained and not frozen:
-        text += (f" Held-out evaluations with the encoders trained (step{'s' if len(trained) > 1 else ''} "
-                 + ", ".join(f"{int(e['step'])}" for e in trained) + f", {int(trained[-1]['examples']):,} spans): "
-                 "span accuracy " + ", ".join(f"{100 * e['span_accuracy']:.1f}%" for e in trained)
-                 + ", p(null) " + ", ".join(f"{e['p_null']:.3f}" for e in trained) + ", the span in a retrieved "
-                 "block for " + ", ".join(f"{100 * e['answer_retrieved']:.1f}%" for e in trained) + ".")
-    if frozen and "null_only" in result:
-        text += (" Held-out evaluations with the encoders still frozen (steps "
-                 + ", ".join(f"{int(e['step'])}" for e in frozen) + "): span accuracy "
-                 + ", ".join(f"{100 * e['span_accuracy']:.1f}%" for e in frozen) + " of "
-                 f"{int(frozen[-1]['examples']):,} spans, retrieval utility "
-                 + ", ".join(f"{e['retrieval_utility']:+.3f}" for e in frozen)
-                 + f", the span in a retrieved block for {100 * frozen[-1]['answer_retrieved']:.1f}%; the null-only "
-                 f"run ended its {result['null_only']['steps']:,} steps at "
-                 f"{100 * result['null_only']['heldout_span_accuracy']:.1f}%.")
-    return "\n".join([*lines, "", text])
 
 
 def realm_gain_table(result: Result) -> str:
@@ -789,8 +738,8 @@ def _mechanism_timing(result: Result) -> str:
 def realm_reading_table(result: Result) -> str:
     """Whether the pretraining reader copies (experiments/realm_reading.py): each reader's span
     accuracy on recoverable held-out examples reading the null block alone and the oracle block
-    alone; for the warm-up and copy-trained readers also as pretraining scores them (the marginal
-    over the frozen retriever's top-k and the null block against the null block alone)."""
+    alone; for the starting reader also as pretraining scores it (the marginal over the frozen
+    retriever's top-k and the null block against the null block alone)."""
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}"
 
@@ -810,22 +759,9 @@ def realm_reading_table(result: Result) -> str:
              f"{pct(rank['within_top_100'])}% (median rank {rank['median']:.0f}); cut to the reader's "
              f"{result['reader_length']} wordpieces it still holds the span for "
              f"{pct(result['oracle_holds_span_as_read'])}%."]
-    copy = result.get("copy_training")
-    if copy:
-        last, tail = int(copy["curve"][-1]["step"]), min(50, len(copy["curve"]))
-        notes.append(f"The copy-trained reader: the warm-up reader trained {copy['steps']:,} steps of "
-                     f"{copy['batch_size']} (lr {copy['learning_rate']:g}) to predict training spans reading "
-                     f"their oracle block alone ({copy['training_examples']:,} examples with one, held-out "
-                     f"articles never read); training span accuracy over its last {tail} steps "
-                     f"{pct(_window_mean(copy['curve'], 'span_accuracy', last - tail + 1, last))}%.")
-    measured = [r for r in (copy or {}).get("curve", []) if "heldout_oracle_accuracy" in r]
-    copy_curve = _copy_curve_table(result, copy, measured) if copy and measured else []
     if "realm_minus_null_reader_on_oracle" in result:
         notes.append("REALM's reader minus the null-only reader, both reading the oracle block: "
                      f"{diff(result['realm_minus_null_reader_on_oracle'])} points.")
-    if "copy_minus_warmup_on_oracle" in result:
-        notes.append("Copy-trained minus warm-up reader, both reading the oracle block: "
-                     f"{diff(result['copy_minus_warmup_on_oracle'])} points.")
     marginal = result.get("marginal") or {}
     if marginal:
         lines += ["", notes.pop(0), "", "As pretraining scores them, on the first held-out examples (all, "
@@ -839,7 +775,6 @@ def realm_reading_table(result: Result) -> str:
                          f"{pct(m['answer_retrieved'])} | {pct(m['answer_retrieved_retrieval_accuracy'])} / "
                          f"{pct(m['answer_retrieved_null_accuracy'])} |")
     lines += ["", " ".join(notes)] if notes else []
-    lines += copy_curve
     retrieval = result.get("retrieval") or {}
     if retrieval:
         lines += ["", "Retrieval by each pretraining run's own encoders against the warm-started retriever's, on "
@@ -864,65 +799,6 @@ def realm_reading_table(result: Result) -> str:
     else:
         lines += ["", f"No pretraining run's reader at this config was in the cache; {machine}."]
     return "\n".join(lines)
-
-
-def retrieval_weight_table(result: Result) -> str:
-    """Whether a temperature on REALM's retrieval scores would weigh the span-holding blocks
-    (experiments/retrieval_weight.py): per retriever and temperature, the heaviest retrieved
-    block's share and, where a holder is retrieved, the holders' share against an even split's."""
-    def pct(x: float) -> str:
-        return f"{100 * x:.1f}"
-
-    lines = ["| retriever | temperature | heaviest block's share (%) | holders' share where retrieved (%) | "
-             "even split's (%) | holders - even, points [95% CI] |", "|---|---:|---:|---:|---:|---|"]
-    for name, r in result["retrievers"].items():
-        for t in r["temperatures"]:
-            d = t["holder_minus_even"]
-            lines.append(f"| {name} | {t['temperature']:g} | {pct(t['max_weight'])} | **{pct(t['holder_share'])}** | "
-                         f"{pct(t['even_split_share'])} | {100 * d['delta']:+.1f} [{100 * d['ci95'][0]:+.1f}, "
-                         f"{100 * d['ci95'][1]:+.1f}] |")
-    found = "; ".join(f"{name} {pct(r['answer_retrieved'])}% (median score gap from the first to the last "
-                      f"{r['score_spread_median']:.2f})" for name, r in result["retrievers"].items())
-    lines += ["", f"{result['heldout_examples']:,} held-out masked spans of {result['heldout_articles']} articles, the "
-              f"{result['retrieved_blocks']} blocks REALM retrieves beside the null block ({result['exclusion']} "
-              f"exclusion), weighed by softmax(q.d / temperature); shares are of the retrieved blocks' weight (the null "
-              f"block's is fixed apart). Span in a retrieved block: {found}."]
-    return "\n".join(lines)
-
-
-def stopped_run_table(result: Result) -> str:
-    """A pretraining run's curve as experiments/stopped_run.py kept it, as `_run_curve_table` shows
-    one: stopped before its end (from its newest checkpoint) or finished (from its artifact)."""
-    opened = result["retriever_trained_from_step"]
-    trained = f"the encoders trained from step {opened}" if opened is not None else "the encoders frozen throughout"
-    end = (f"ran to its last step, {result['finished_at']:,}" if "finished_at" in result
-           else f"stopped at step {result['stopped_at']:,} (its newest checkpoint)")
-    return "\n".join([*_run_curve_table(result["what"], result["curve"]), "",
-                      f"The run: {trained}; {end}, trained at {result['commit']}."])
-
-
-def _copy_curve_table(result: Result, copy: Result, measured: list[Result]) -> list[str]:
-    """The copy-trained reader as it trained (experiments/realm_reading.py --copy-eval-every): at
-    each measured step its span accuracy on the training steps just before, and the recoverable
-    held-out examples read with their oracle block and with the null block, from the reader it
-    started from (step 0) to the end."""
-    window = copy["eval_every"]
-    curve = copy["curve"]
-    start = next((result["readers"][n] for n in ("warm-up reader", "starting reader") if n in result["readers"]), None)
-    lines = ["", f"The copy-trained reader as it trained, read on the same {result['recoverable']:,} recoverable "
-             f"held-out examples every {window} steps:", "",
-             f"| copy steps | training span accuracy, the {window} steps before (%) | held-out: oracle block alone "
-             "(%) | held-out: null block alone (%) | oracle - null (points) |", "|---:|---:|---:|---:|---:|"]
-    if start is not None:
-        lines.append(f"| 0 | - | {100 * start['oracle_block_accuracy']:.1f} | {100 * start['null_block_accuracy']:.1f} "
-                     f"| {100 * (start['oracle_block_accuracy'] - start['null_block_accuracy']):+.1f} |")
-    for r in measured:
-        step = int(r["step"])
-        before = _window_mean(curve, "span_accuracy", step - window + 1, step)
-        lines.append(f"| {step:,} | {100 * before:.1f} | "
-                     f"{100 * r['heldout_oracle_accuracy']:.1f} | {100 * r['heldout_null_accuracy']:.1f} | "
-                     f"{100 * (r['heldout_oracle_accuracy'] - r['heldout_null_accuracy']):+.1f} |")
-    return lines
 
 
 def _run_curve_table(name: str, curve: Result) -> list[str]:
@@ -1267,13 +1143,8 @@ COLLECTIONS: dict[str, Callable[[], str]] = {"reader_studies": reader_studies_ta
 # a block rendered from another block's result file: {block name: result file name}
 SOURCES = {"openqa_summary": "openqa", "demo_summary": "demo"}
 TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism_table,
-                                            "realm_reading": realm_reading_table, "knowledge": knowledge_table,
+                                            "knowledge": knowledge_table,
                                             "knowledge_bf16": knowledge_table,
-                                            "realm_reading_copy_start": realm_reading_table,
-                                            "realm_reading_copy_objective": realm_reading_table,
-                                            "realm_reading_bf16": realm_reading_table,
-                                            "realm_reading_null_weight": realm_reading_table,
-                                            "realm_reading_copy_curve": realm_reading_table,
                                             "realm_reading_gain": realm_reading_table,
                                             "realm_mechanism_small": realm_mechanism_table,
                                             "realm_mechanism_gpu": realm_mechanism_table, "ingest": ingest_table,
@@ -1292,18 +1163,6 @@ TABLES: dict[str, Callable[[Result], str]] = {"realm_mechanism": realm_mechanism
                                             "startup": startup_table, "answer_lengths": answer_lengths_table,
                                             "demo": demo_table, "demo_bf16": demo_table, "demo_summary": demo_summary, "demo_cuts": demo_cuts_table,
                                             "pretrain": realm_gain_table, "openqa_gain": openqa_table,
-                                            "pretrain_copy_objective": realm_gain_table,
-                                            "openqa_gain_copy_objective": openqa_table,
-                                            "realm_reading_gain_copy_objective": realm_reading_table,
-                                            "realm_gain_collapse": collapse_table,
-                                            "realm_copy_top8_collapse": collapse_table,
-                                            "realm_gain_retriever_collapse": stopped_run_table,
-                                            "realm_gain_copy_objective_collapse": stopped_run_table,
-                                            "realm_gain_slow_retriever": stopped_run_table,
-                                            "realm_gain_holder_weight": stopped_run_table,
-                                            "realm_gain_temperature": retrieval_weight_table,
-                                            "realm_gain_temperature_ict300": retrieval_weight_table,
-                                            "realm_gain_temperature_step1000": retrieval_weight_table,
                                             "quantization": quantization_table, "quantization_avx2": quantization_table}
 
 

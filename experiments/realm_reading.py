@@ -1,5 +1,4 @@
-"""Does REALM's pretraining reader copy a span from a block that holds it, on real text, and can
-it be taught to?
+"""Does REALM's pretraining reader copy a span from a block that holds it, on real text?
 
 Retrieval taken out of the question: for every recoverable held-out example (its masked span
 occurs, as whole words, in a block that is not a trivial retrieval of its query) the oracle block
@@ -10,13 +9,10 @@ alone and reading the oracle block alone; oracle minus null, paired on the same 
 
 - the masked-LM warm-up reader that REALM and null-only start from,
 - REALM's and the null-only run's readers after pretraining, where `experiments/pretrain.py`
-  with the same `--config`/`--set` has trained them (skipped, and said so, where not),
-- with `--copy-steps N`, the warm-up reader trained N more steps to predict training spans
-  reading their oracle block alone (`train_copy_reader`; held-out articles never read), saved
-  as a reader directory pretraining can start from (`--set pretrain.reader_mlm.steps=0
-  --set pretrain.reader_encoder=DIR`); with `--copy-eval-every K` it is also read on the
-  recoverable held-out examples every K steps as it trains (the copy curve: how far more copy
-  training takes the reader).
+  with the same `--config`/`--set` has trained them (skipped, and said so, where not).
+
+Teaching a reader to copy is the pipeline's `reader_copy` stage (its held-out curve in its
+report); this script measures readers, it trains none.
 
 Where the masked-LM warm-up is off (`--set pretrain.reader_mlm.steps=0`), the reader the runs
 start from is `pretrain.reader_encoder` ("starting reader"), e.g. a copy-trained one.
@@ -26,7 +22,7 @@ example the rank of the best allowed block that holds the span, against the warm
 retriever's, paired on the same examples (the real-text counterpart of the mechanism
 experiment's recall@1).
 
-For the starting and the copy-trained reader, `--eval-examples` held-out examples are also scored
+For the starting reader, `--eval-examples` held-out examples are also scored
 as pretraining scores them: the marginal over the warm-started retriever's top-k plus the null
 block (encoders frozen) against the null block alone. That is REALM's gain at its first step
 for a reader that reads as well as this one.
@@ -35,7 +31,7 @@ The blocks, spans, warm-started retriever, its block embeddings and the warm-up 
 through the artifact cache (computed where missing, shared with `experiments/pretrain.py` at the
 same config); the pretraining runs are only read, never trained here.
 
-    .venv/bin/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml [--copy-steps 300] [--set s.f=v]
+    .venv/bin/python experiments/realm_reading.py --config experiments/configs/realm_gain.yaml [--set s.f=v]
 """
 
 from __future__ import annotations
@@ -108,12 +104,6 @@ def main() -> None:
     ap.add_argument("--root", default=None, help="artifact store (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--config", default=None, help="the YAML file the runs were trained with")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
-    ap.add_argument("--copy-steps", type=int, default=0, help="train a copy reader this many steps (0: none)")
-    ap.add_argument("--copy-batch", type=int, default=16, help="examples per copy step")
-    ap.add_argument("--copy-lr", type=float, default=None, help="peak learning rate (default: pretrain.learning_rate)")
-    ap.add_argument("--copy-eval-every", type=int, default=0,
-                    help="read the recoverable held-out examples with their oracle and the null block every this "
-                         "many copy steps, into the copy curve (0: only the trained reader, at the end)")
     ap.add_argument("--eval-examples", type=int, default=500,
                     help="held-out examples scored with retrieval against the null block alone (0: skip)")
     ap.add_argument("--name", default="realm_reading", help="bench/results/<name>.json")
@@ -127,8 +117,6 @@ def main() -> None:
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
     from realm_core.pretrain.reading import (
-        CopyTraining,
-        copy_trained,
         oracle_blocks,
         read_blocks,
     )
@@ -171,7 +159,7 @@ def main() -> None:
 
     # the examples exactly as the pretraining stage builds and splits them
     data = pretrain_data(*open_mined(store, blocks_ref, spans_ref), p, cfg.masking, cfg.chunk.encoder)
-    train, heldout, blocks, tokenizer = data.train, data.heldout, data.blocks, data.tokenizer
+    heldout, blocks, tokenizer = data.heldout, data.blocks, data.tokenizer
     for name, run in runs.items():
         if [(r["doc_id"], r["block_id"]) for r in run["heldout_rows"]] != [(e.doc_id, e.block_id) for e in heldout]:
             fail(f"{run['ref'].path}: {name} scored other held-out examples than the ones rebuilt here")
@@ -244,61 +232,17 @@ def main() -> None:
         if name in runs:
             readers[label] = str(Path(runs[name]["ref"].path) / "reader")
 
-    copy: dict[str, Any] | None = None
-    copy_reader = None
-    copy_reading: Any = None  # the copy reader's latest held-out reading as it trained
-    if args.copy_steps > 0:
-        # training examples with an allowed holder, in a seeded order; as many as the steps draw from
-        order = np.random.default_rng(p.seed).permutation(len(train))
-        pool = [train[int(i)] for i in order[: min(len(train), 3 * args.copy_steps * args.copy_batch)]]
-        train_oracle = oracle_for(pool, ranks=False)
-        keep = np.flatnonzero(train_oracle.block >= 0)
-        evidence_examples = [pool[i] for i in keep]
-        training = CopyTraining(steps=args.copy_steps, batch_size=args.copy_batch,
-                                learning_rate=args.copy_lr or p.learning_rate, reader_length=p.reader_length,
-                                warmup_steps=max(1, args.copy_steps // 10), seed=p.seed)
-
-        def heldout_reading(reader: Any) -> dict[str, float]:
-            """The copy reader as it trains, read as the trained one is below (the reading at the
-            last step is kept: it is the trained reader's)."""
-            nonlocal copy_reading
-            read = copy_reading = read_oracle_and_null(reader)
-            log.info("copy reader: held-out oracle block %.3f, null block %.3f",
-                     read.block_correct.mean(), read.null_correct.mean())
-            return {"heldout_oracle_accuracy": float(read.block_correct.mean()),
-                    "heldout_null_accuracy": float(read.null_correct.mean())}
-
-        saved, curve = copy_trained(readers[start], evidence_examples, train_oracle.block[keep], blocks, tokenizer,
-                                    training, work_dir() / "experiments" / "reader-copy",
-                                    [readers[start], warm_ref.content_hash], placement,
-                                    LogProgress(log, every=60), dropout=p.dropout,
-                                    evaluate=heldout_reading if args.copy_eval_every > 0 else None,
-                                    eval_every=args.copy_eval_every)
-        checkpoints = Path(saved).parent
-        copy_reader = KnowledgeAugmentedEncoder.from_pretrained(saved, dropout=p.dropout, seed=p.seed).to(placement.device)
-        copy = {"reader": saved, "steps": training.steps, "batch_size": training.batch_size, "learning_rate": training.learning_rate,
-                "training_examples": len(evidence_examples), "pool": len(pool), "checkpoints": str(checkpoints),
-                "eval_every": args.copy_eval_every,
-                "curve": [{k: r[k] for k in ("step", "loss", "span_accuracy", "heldout_oracle_accuracy",
-                                             "heldout_null_accuracy") if k in r} for r in curve]}
-
     measured: dict[str, Any] = {}
     correct: dict[str, np.ndarray] = {}
     holds = None
     models: dict[str, Any] = {}
-    for name, source in [*readers.items(), *([("copy-trained reader", None)] if copy_reader is not None else [])]:
-        reader = copy_reader if source is None else KnowledgeAugmentedEncoder.from_pretrained(source).to(placement.device)
+    for name, source in readers.items():
+        reader = KnowledgeAugmentedEncoder.from_pretrained(source).to(placement.device)
         models[name] = reader
-        if source is None and copy_reading is not None:
-            # training that ran to its end here read the held-out examples at its last step (a
-            # reader found trained in the cache was not read): the trained reader's own reading
-            reading = copy_reading
-        else:
-            bar = LogProgress(log, every=60)
-            bar.start(f"{name}: each recoverable example read with the null and the oracle block", len(scored),
-                      "examples")
-            reading = read_oracle_and_null(reader, progress=bar.advance)
-            bar.finish()
+        bar = LogProgress(log, every=60)
+        bar.start(f"{name}: each recoverable example read with the null and the oracle block", len(scored), "examples")
+        reading = read_oracle_and_null(reader, progress=bar.advance)
+        bar.finish()
         # whether the oracle block holds the span as read depends on the input alone, not the reader
         if holds is not None and not np.array_equal(holds, reading.block_holds):
             raise SystemExit(f"error: {name}: the oracle blocks as read differ between readers")
@@ -317,7 +261,7 @@ def main() -> None:
         frozen = p.model_copy(update={"freeze_retriever": True})
         n = min(args.eval_examples, len(heldout))
         eval_articles = [e.doc_id for e in heldout[:n]]
-        for name in [n_ for n_ in (start, "copy-trained reader") if n_ in models]:
+        for name in [start]:
             rows: dict[str, list[dict[str, float]]] = {}
             for mode, idx in (("retrieval", handle), ("null block", None)):
                 rows[mode] = []
@@ -346,12 +290,10 @@ def main() -> None:
         "oracle_rank": {"median": float(np.median(ranks)), f"within_top_{top}": float(np.mean(ranks <= top)),
                         "within_top_100": float(np.mean(ranks <= 100))},
         "holders_median": float(np.median(oracle.holders[found])),
-        "readers": measured, "copy_training": copy, "marginal": marginal, "retrieval": retrieval,
+        "readers": measured, "marginal": marginal, "retrieval": retrieval,
     }
     if "REALM reader" in correct and "null-only reader" in correct:
         result["realm_minus_null_reader_on_oracle"] = paired(correct["REALM reader"], correct["null-only reader"], articles)
-    if "copy-trained reader" in correct:
-        result["copy_minus_warmup_on_oracle"] = paired(correct["copy-trained reader"], correct[start], articles)
     for name, m in measured.items():
         d = m["oracle_minus_null"]
         print(f"{name:22s} null block {m['null_block_accuracy']:.3f}  oracle block {m['oracle_block_accuracy']:.3f}  "
