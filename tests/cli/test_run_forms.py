@@ -52,3 +52,15 @@ def test_the_graph_prefect_yaml_and_the_flows_name_the_same_stage_flows() -> Non
                         *(f"flows/stages.py:{f.fn.__name__}" for f in FLOWS.values())}
     # a flow that owns a stage which fans out takes `dask`
     assert {s.flow for s in STAGES if s.fans_out} <= FANS_OUT
+
+
+def test_prefect_yaml_is_what_the_flows_generate() -> None:
+    """prefect.yaml is generated from the flows (`python -m flows.deployments`): a stage flow added
+    to the graph, a changed docstring or a preset's deployment reaches it only through the
+    generator, and an edit by hand fails here."""
+    from flows.deployments import main
+
+    assert main(["--check"]) == 0, "prefect.yaml differs: run python -m flows.deployments"
+    names = [(d["name"], d["parameters"]["preset"]) for d in DEPLOYMENTS]
+    assert ("full-pipeline", "demo") in names and ("laptop", "laptop") in names and ("gpu", "gpu") in names
+    assert sorted(d["name"] for d in DEPLOYMENTS if d.get("schedules")) == ["grow-knowledge", "refresh-index"]
