@@ -39,6 +39,9 @@ $(STAMP): requirements.lock pyproject.toml Makefile
 	@# torch and sklearn from source again: about 10 s of a 17 s `realm search` on 2 cores.
 	@# A few files in torch's test helpers use Python 3.12 syntax and do not compile: harmless.
 	@$(BIN)/python -m compileall -qq -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || true
+	@# the lab's scripts (bench/, experiments/) import each other's modules (peers, ablations): both
+	@# folders on this environment's path, never in the installed package
+	@printf '%s\n' "$(CURDIR)/bench" "$(CURDIR)/experiments" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/realm-lab.pth"
 	@# the commit form CONTRIBUTING.md asks for, checked at each commit of this clone
 	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true
 	@touch $(STAMP)

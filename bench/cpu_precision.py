@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.config import BUNDLED_ENCODER
 from realm_core.distributed import Placement, native_bf16

@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer

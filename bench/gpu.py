@@ -30,7 +30,6 @@ import argparse
 import json
 import platform
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,8 +38,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 SHAPES = {

@@ -81,7 +81,10 @@ def main() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # the lab's modules (bench/, experiments/) import each other as `make venv`'s realm-lab.pth lets
+    # them; a machine set up from the carried wheels alone has no such file
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench"), str(ROOT / "experiments"),
+                                                        os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
 
     pair = args.out / "gpu_pair.json"

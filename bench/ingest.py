@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.config import data_dir
 

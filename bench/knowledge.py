@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import fail, write_result  # noqa: E402
+from peers import fail, write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import torch
+from peers import bare_reader_loss, doc_encoder_loss, query_encoder_loss, write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
@@ -51,9 +50,6 @@ from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 from realm_core.spans.masking import MaskedExample, iter_examples
 from realm_core.training import adamw
 from realm_core.training_config import PretrainConfig
-
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import bare_reader_loss, doc_encoder_loss, query_encoder_loss, write_result  # noqa: E402
 
 
 def time_modes(models: RealmModels, optimizer: torch.optim.Optimizer, handle: IndexHandle, data: PretrainData,

@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from gpu import GPU_DEFAULT  # noqa: E402
-from peers import write_result  # noqa: E402
-from scaling import REALM_BLOCKS  # noqa: E402
+from gpu import GPU_DEFAULT
+from peers import write_result
+from scaling import REALM_BLOCKS
 
-from realm_core.config import load_config  # noqa: E402
+from realm_core.config import load_config
 
 
 @dataclass(frozen=True)

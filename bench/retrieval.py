@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir

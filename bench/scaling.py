@@ -27,13 +27,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from ingest import replicated_dump, timed  # noqa: E402  (bench/ingest.py)
-from peers import write_result  # noqa: E402
+from ingest import replicated_dump, timed  # bench/ingest.py
+from peers import write_result
 
-from realm_core.config import data_dir  # noqa: E402
+from realm_core.config import data_dir
 
 WORK = ROOT / "bench" / ".work" / "scaling"
 STAGES = {"ingest": "ingest", "chunk": "chunk", "spans": "mine-spans", "embed + index": "refresh-index"}

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import sys
 import threading
 import time
 from pathlib import Path
@@ -31,9 +30,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import RESULTS, write_result  # noqa: E402
+from peers import RESULTS, write_result
 
 from flows.qa_service import serving
 from realm_core.artifacts import ArtifactStore

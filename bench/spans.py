@@ -15,20 +15,18 @@ import argparse
 import os
 import platform
 import resource
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import write_result
+from span_quality import evaluate
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
 from realm_core.graph import Resolver
 from realm_core.spans.mining import load_ner, run_mine_spans, sentence_spans
-from realm_core.spans.quality import evaluate
 
 WORK = ROOT / "bench" / ".work" / "spans"
 

@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 REALM = str(Path(sys.executable).parent / "realm")
 QUESTION = "What was Warsaw the capital of until 1796?"

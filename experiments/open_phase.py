@@ -24,13 +24,10 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "experiments"))
 
-import paired_runs  # noqa: E402
-import readme_tables  # noqa: E402
-from peers import fail  # noqa: E402
+import paired_runs
+import readme_tables
+from peers import fail
 
 CONFIG = ROOT / "experiments" / "configs" / "open_phase.yaml"
 

@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # peers.write_result
-
-from peers import fail, write_result  # noqa: E402
+from peers import fail, write_result
 
 from realm_core.errors import RealmError
 from realm_core.openqa import outcomes

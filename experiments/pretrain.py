@@ -7,7 +7,7 @@ trainer spent blocked on the asynchronous index refresh, and the curves as PNG.
 Both are scored on the same held-out examples (drawn at random over held-out articles), on all
 of them and on the recoverable ones, with REALM minus null-only and a 95% interval from
 resampling articles (`heldout`). `--table` runs every row of REALM Table 2 at the same budget
-(`realm_core/pretrain/ablations.py`: random spans and tokens, a 30x staler index, the retriever's
+(`experiments/ablations.py`: random spans and tokens, a 30x staler index, the retriever's
 learning rate, relevance from the index) and adds an `ablations` row for each, paired with REALM
 where the row masks the same wordpieces. `--config FILE` / `--set` give the same experiment a
 larger budget (a GPU) unchanged.
@@ -26,22 +26,19 @@ import argparse
 import json
 import logging
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
-from peers import write_result  # noqa: E402
+from ablations import table2
+from peers import write_result
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig, load_config, work_dir
 from realm_core.curves import plot_curves
 from realm_core.graph import Resolver
-from realm_core.pretrain.ablations import table2
 from realm_core.pretrain.heldout import article_bootstrap
 from realm_core.progress import LogProgress
 
@@ -140,7 +137,7 @@ def main() -> None:
     ap.add_argument("--config", default=None, help="a YAML file over the preset (e.g. a larger GPU budget)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
     ap.add_argument("--table", action="store_true",
-                    help="every REALM Table 2 row (realm_core/pretrain/ablations.py), not just REALM and null-only")
+                    help="every REALM Table 2 row (experiments/ablations.py), not just REALM and null-only")
     ap.add_argument("--name", default="pretrain", help="bench/results/<name>.json")
     args = ap.parse_args()
     cfg = load_config(args.preset, args.config, args.overrides)

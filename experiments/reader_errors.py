@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.answers import has_answer, token_string
 from realm_core.artifacts import ArtifactStore

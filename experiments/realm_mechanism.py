@@ -1,4 +1,4 @@
-"""REALM's mechanism on a corpus where the answer is known (realm_core/pretrain/mechanism.py):
+"""REALM's mechanism on a corpus where the answer is known (experiments/mechanism.py):
 does the gradient of log p(y|x) teach the retriever to find the block that holds a masked fact,
 and does the reader learn to copy from it?
 
@@ -28,16 +28,13 @@ import hashlib
 import json
 import logging
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig, load_config, work_dir
@@ -60,8 +57,9 @@ def copy_trained_reader(cfg: PipelineConfig, store: ArtifactStore, corpus: Any, 
     """A reader that already copies: the masked-LM warm-up's reader trained `steps` steps of
     `pretrain.batch_size` to predict each training fact reading its gold block alone
     (`train_copy_reader`). Saved under `root` by what it depends on; returns its directory."""
+    from mechanism import fact_examples, gold_blocks
+
     from realm_core.distributed import Placement
-    from realm_core.pretrain.mechanism import fact_examples, gold_blocks
     from realm_core.pretrain.reader_mlm import reader_mlm_dir
     from realm_core.pretrain.reading import CopyTraining, copy_trained
     from realm_core.pretrain.stage import run_warm_reader
@@ -102,9 +100,7 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
     if not systems or systems[0] != "REALM" or set(systems) - set(SYSTEMS):
         raise SystemExit(f"systems {systems}: expected REALM first, then any of {list(SYSTEMS)[1:]}")
     import torch
-
-    from realm_core.distributed import Placement
-    from realm_core.pretrain.mechanism import (
+    from mechanism import (
         embed_blocks,
         fact_examples,
         gold_block_accuracy,
@@ -113,6 +109,8 @@ def run_mechanism(entities: int, distractors: int, seed: int, overrides: list[st
         make_corpus,
         prior_accuracy,
     )
+
+    from realm_core.distributed import Placement
     from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
     from realm_core.pretrain.stage import fresh_encoders
     from realm_core.retrieval.encoders import RetrieverEncoder

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import logging
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -47,17 +46,15 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from peers import fail, logged, write_result  # noqa: E402
+from ablations import table2
+from peers import fail, logged, write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.cache import existing_artifacts_only
 from realm_core.config import load_config, work_dir
 from realm_core.errors import MissingArtifactError
 from realm_core.graph import Resolver
-from realm_core.pretrain.ablations import table2
 from realm_core.pretrain.heldout import article_bootstrap
 from realm_core.progress import LogProgress
 

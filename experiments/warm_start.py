@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # peers.write_result: every result goes to bench/results
 
-from peers import write_result  # noqa: E402
+from peers import write_result
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig, load_config, work_dir

@@ -3,15 +3,12 @@ bench/results now: a result file changed without the pages rendered again fails 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+import readme_tables
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import readme_tables  # noqa: E402
 
 
 @pytest.mark.parametrize("page", readme_tables.pages(), ids=lambda p: str(p.relative_to(BENCH.parent)))

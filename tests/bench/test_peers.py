@@ -3,14 +3,8 @@ input refused as every `realm` command refuses it."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from peers import fail, logged  # noqa: E402
+from peers import fail, logged
 
 
 def test_a_column_is_logged_only_where_every_row_holds_a_value() -> None:

@@ -1,7 +1,8 @@
 from pathlib import Path
 
+from ablations import table2
+
 from realm_core.config import load_config
-from realm_core.pretrain.ablations import table2
 
 # the budgets `make realm-table` runs at
 TABLE2 = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "realm_table.yaml"

@@ -1,4 +1,4 @@
-"""The mechanism experiment's corpus and measurements (realm_core/pretrain/mechanism.py), and the
+"""The mechanism experiment's corpus and measurements (experiments/mechanism.py), and the
 collapse watch on retrieval utility (realm_core/pretrain/loop.py), on hand-made inputs."""
 
 from __future__ import annotations
@@ -9,11 +9,7 @@ import re
 import numpy as np
 import pyarrow as pa
 import torch
-
-from realm_core.config import PretrainConfig
-from realm_core.pretrain.batches import BlockTexts
-from realm_core.pretrain.heldout import is_heldout
-from realm_core.pretrain.mechanism import (
+from mechanism import (
     CITIES,
     fact_examples,
     gold_block_recall,
@@ -21,6 +17,10 @@ from realm_core.pretrain.mechanism import (
     make_corpus,
     prior_accuracy,
 )
+
+from realm_core.config import PretrainConfig
+from realm_core.pretrain.batches import BlockTexts
+from realm_core.pretrain.heldout import is_heldout
 from realm_core.pretrain.schedule import first_trained_step, retriever_learns_at, utility_below_zero
 from realm_core.spans.masking import MaskedExample
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from span_quality import evaluate
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer, load_wordpieces, tokenizer_hash
@@ -19,7 +20,6 @@ from realm_core.spans.mining import (
     sentence_spans,
     wordpiece_range,
 )
-from realm_core.spans.quality import evaluate
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "salient_spans_gold.jsonl"
 LABELS = frozenset(SpanConfig().entity_labels)

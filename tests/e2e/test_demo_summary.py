@@ -4,16 +4,13 @@ writes its own record (<work>/reports/demo.json; `make demo-record` copies it to
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
+import readme_tables
 
 from flows.demo import demo_record, open_qa_summary
 from realm_core.artifacts import ArtifactStore
 from tests.conftest import TinyUpstream, one_artifact
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import readme_tables  # noqa: E402
 
 
 def test_demo_summary_reports_em_f1_and_recall_per_system() -> None:

@@ -187,12 +187,10 @@ def test_the_reading_experiment_measures_every_trained_reader_and_a_copy_trained
     and scored both ways."""
     import sys
 
-    from tests.conftest import PRETRAIN_SETTINGS
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import peers
     import realm_reading
+
+    from tests.conftest import PRETRAIN_SETTINGS
 
     root = tmp_path / "art"
     shutil.copytree(tiny_pretrained, root)
