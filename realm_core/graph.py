@@ -101,13 +101,15 @@ def call_directly(stage: Stage, inputs: StageInputs) -> StageRun:
 
 def measured_run(name: str, config: dict[str, Any], run: Callable[[], StageResult | None]) -> StageRun:
     """The StageRun of one stage call `run()`: its wall seconds and this process's peak resident
-    memory during it (`PeakMemory`) beside what it returned (None: the stage is off)."""
-    from realm_core.memory import PeakMemory
+    memory during it (`PeakMemory`) beside what it returned (None: the stage is off). What the
+    stage freed is then handed back to the system (`release_free_memory`)."""
+    from realm_core.memory import PeakMemory, release_free_memory
 
     with PeakMemory() as peak:
         t0 = time.perf_counter()
         result = run()
         seconds = time.perf_counter() - t0
+    release_free_memory()  # what the stage freed is not carried into the next one's peak
     if result is None:
         return StageRun(name, None, True, {"skipped": "off in this config"}, seconds, "", config, peak.mb)
     return StageRun(name, result.ref, result.cached, result.stats, seconds, result.report, config, peak.mb)

@@ -1,6 +1,7 @@
 """A stage's peak resident memory, as its report and the demo's record state it."""
 
 import numpy as np
+import pytest
 
 from realm_core.artifacts import ArtifactRef, StageResult
 from realm_core.graph import measured_run
@@ -29,3 +30,22 @@ def test_a_stage_run_carries_its_seconds_and_peak_memory() -> None:
     assert run.peak_rss_mb is not None and run.summary()["peak_rss_mb"] == run.peak_rss_mb
     off = measured_run("pretrain", {}, lambda: None)
     assert off.ref is None and off.stats == {"skipped": "off in this config"}
+
+
+def test_memory_a_stage_freed_is_handed_back_to_the_system() -> None:
+    """Many small allocations freed stay resident in glibc's heap until trimmed: after
+    `release_free_memory` they are gone (where there is glibc)."""
+    import gc
+
+    from realm_core.memory import release_free_memory
+
+    release_free_memory()
+    before = resident_mb()
+    chunks = [bytes(1000) + bytes([i % 256]) for i in range(300_000)]  # 300 MB in 1 kB pieces
+    kept = chunks[::1000]
+    del chunks
+    gc.collect()
+    after = release_free_memory()
+    if after is None:
+        pytest.skip("no glibc malloc_trim here")
+    assert before is not None and after < before + 100 and len(kept) == 300
