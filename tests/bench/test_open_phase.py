@@ -3,17 +3,12 @@ run, and consistent with the table that renders their results."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import open_phase
 import pytest
+import readme_tables
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "experiments"), str(ROOT / "bench")]
-
-import open_phase  # noqa: E402
-import readme_tables  # noqa: E402
 
 
 def test_a_pairing_of_an_unlisted_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

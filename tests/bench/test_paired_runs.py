@@ -10,16 +10,12 @@ import shutil
 import sys
 from pathlib import Path
 
+import paired_runs
+import peers
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "experiments"), str(ROOT / "bench")]
-
-import paired_runs  # noqa: E402
-import peers  # noqa: E402
-import readme_tables  # noqa: E402
+import readme_tables
 
 SYSTEM = "ICT (ORQA-like)"
 

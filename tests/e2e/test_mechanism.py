@@ -20,15 +20,10 @@ Sized from measurements: see docs/experiments/realm-mechanism.md, "The small run
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "experiments"), str(ROOT / "bench")]
-
-import realm_mechanism  # noqa: E402
+import realm_mechanism
 
 pytestmark = pytest.mark.slow
 
