@@ -69,7 +69,7 @@ def jsonl(path: Path, docs: list[dict[str, Any]]) -> Path:
 
 
 def exact_match_of(engine: Any, questions: list[Any]) -> list[bool]:
-    from realm_core.openqa.finetune import answer_correct
+    from realm_core.openqa.predict import answer_correct
 
     answers = engine.ask([q.question for q in questions], SYSTEM)
     return [answer_correct(a.answer, q) for a, q in zip(answers, questions, strict=True)]

@@ -119,7 +119,7 @@ def embedding(resolver: Resolver) -> dict[str, Any]:
 def reading(cfg: Any, root: str, system_dir: str | None) -> dict[str, Any]:
     """BM25 + reader on SQuAD-open test through the query side, in each precision: the demo
     store's system, or the exported one in `system_dir` (`realm export`)."""
-    from realm_core.openqa.finetune import answer_correct
+    from realm_core.openqa.predict import answer_correct
     from realm_core.openqa.reading import QAQuestion
     from realm_core.query import Answerer, QueryEngine
     from realm_core.questions import squad_questions

@@ -231,7 +231,7 @@ SYSTEM_NAMES: dict[str, str] = {
 class OpenQAEvalConfig(StageConfig):
     """Open-QA evaluation (REALM Table 1): exact match, full split and answerable subset."""
 
-    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+    EXECUTION_FIELDS: ClassVar[frozenset[str]] = frozenset({"batch_size", "reader_tokens"})
     HASHED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"precision"})
 
     datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
@@ -246,7 +246,11 @@ class OpenQAEvalConfig(StageConfig):
         default_factory=dict, description="dataset -> first N questions evaluated (all if absent)")
     answer_candidates: int = Field(20, ge=1, description="top spans whose probabilities are summed "
                                    "per normalised answer string")
-    batch_size: int = Field(8, ge=1, description="questions per reader forward")
+    batch_size: int = Field(32, ge=1, description="questions retrieved and read together (also by `realm ask "
+                            "--questions` and the service); their top-k rows are read in length order")
+    reader_tokens: int = Field(12_288, ge=1, description=(
+        "padded wordpieces per reader forward: a batch's rows are read longest first in chunks of this "
+        "size, each padded to its own longest row (bench/ask.py measures what it gains)"))
     temperatures: tuple[float, ...] = Field(
         (0.5, 1.0, 2.0, 4.0, 8.0), description="retrieval temperatures tried on dev per system "
         "(uniform p(z|x) is always tried too); the best by dev exact match is used on test")
@@ -265,8 +269,9 @@ class QueryConfig(StageConfig):
     max_query_chars: int = Field(1_000, ge=1, description="longest query or question accepted")
     max_k: int = Field(100, ge=1, description="most blocks a search may return")
     snippet_chars: int = Field(240, ge=20, description="characters of block text shown per hit")
-    precision: Literal["fp32", "int8"] = Field(
-        "fp32", description="the served reader's and query encoder's forwards: fp32, or int8" + INT8_HELP)
+    precision: Literal["fp32", "bf16", "auto", "int8"] = Field(
+        "fp32", description="the served reader's forwards (and the query encoder's with int8): "
+        + PRECISION_HELP + INT8_HELP)
     max_add_bytes: int = Field(256 * 2**20, ge=1, description=(
         "largest POST /documents body `realm serve-qa --allow-add` reads (more is a 413: send it in parts)"))
     max_document_chars: int = Field(2_000_000, ge=1, description=(
@@ -277,8 +282,9 @@ class QueryConfig(StageConfig):
 # reads: `block_length` fills each one a preset, YAML file or override leaves unset.
 BLOCK_VIEWS: dict[str, str] = {"chunk": "max_wordpieces", "embed": "max_length", "ict": "block_length",
                                "retromae": "block_length", "pretrain": "doc_length"}
-# the stages whose encoders run in a `precision`; the pipeline's `precision` fills the ones left unset
-PRECISION_STAGES: tuple[str, ...] = ("embed", "ict", "retromae", "pretrain", "finetune")
+# the stages whose encoders run in a `precision` (the query side too); the pipeline's `precision`
+# fills the ones left unset
+PRECISION_STAGES: tuple[str, ...] = ("embed", "ict", "retromae", "pretrain", "finetune", "query")
 
 
 class PipelineConfig(StageConfig):

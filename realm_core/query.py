@@ -33,7 +33,7 @@ from realm_core.graph import (
     qa_system,
     stage,
 )
-from realm_core.openqa.finetune import Prediction, predict
+from realm_core.openqa.predict import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, KnowledgeVersion
 from realm_core.retrieval.retrievers import RETRIEVERS, CurrentIndex, Retriever, Sources
@@ -142,14 +142,19 @@ class Answerer:
     def _load_system(self, key: str) -> LoadedSystem:
         raise NotImplementedError
 
-    def for_inference(self, model: Any) -> Any:
-        """A loaded reader or query encoder as the query side runs it: fp32, or int8 dynamic
-        quantization with `query.precision: int8` (on the CPU, where the query side runs)."""
+    def placement(self) -> Any:
+        """Where and how the query side's forwards run: on the CPU, in `query.precision` (`auto`:
+        bf16 autocast where the CPU computes it natively)."""
         import torch
 
         from realm_core.distributed import Placement
 
-        return Placement(torch.device("cpu"), self.cfg.query.precision).for_inference(model)
+        return Placement(torch.device("cpu"), self.cfg.query.precision)
+
+    def for_inference(self, model: Any) -> Any:
+        """A loaded reader or query encoder as the query side runs it: in eval mode, and int8
+        dynamic quantization with `query.precision: int8`."""
+        return self.placement().for_inference(model)
 
     def default_system(self) -> tuple[str, str]:
         """(system key, why it is the default)."""
@@ -268,9 +273,11 @@ class Answerer:
         self.check_served()
         config = self.cfg.finetune.model_copy(update={"form": loaded.form})
         qs = [QAQuestion(str(i), t, ()) for i, t in enumerate(texts)]
+        reading = self.cfg.openqa_eval
         preds: list[Prediction] = predict(loaded.models, loaded.retriever, qs, self.blocks, self.tokenizer, config,
-                                          self.cfg.openqa_eval.answer_candidates, self.cfg.openqa_eval.batch_size,
-                                          temperatures=(loaded.temperature,))[loaded.temperature]
+                                          reading.answer_candidates, reading.batch_size,
+                                          temperatures=(loaded.temperature,), placement=self.placement(),
+                                          row_tokens=reading.reader_tokens)[loaded.temperature]
         out = []
         for text, p in zip(texts, preds, strict=True):
             z = p.block
@@ -413,7 +420,7 @@ class QueryEngine(Answerer):
     def _load_system(self, key: str) -> LoadedSystem:
         """System `key`'s fine-tuned reader and retriever, in the form and retrieval temperature
         the newest evaluation fit on dev (else the training ones)."""
-        from realm_core.openqa.finetune import QAModels
+        from realm_core.openqa.predict import QAModels
         from realm_core.openqa.span_reader import SpanReader
 
         if key not in ASKABLE:

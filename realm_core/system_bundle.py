@@ -256,7 +256,7 @@ class BundleEngine(Answerer):
         return RETRIEVERS[kind].build(self.blocks, self.max_k if top_k is None else top_k, sources)
 
     def _load_system(self, key: str) -> LoadedSystem:
-        from realm_core.openqa.finetune import QAModels
+        from realm_core.openqa.predict import QAModels
         from realm_core.openqa.span_reader import SpanReader
 
         if key != self.manifest["system"]:

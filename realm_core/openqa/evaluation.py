@@ -25,13 +25,6 @@ from realm_core.cache import CachedStage, code_version
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig
 from realm_core.distributed import module_device
 from realm_core.errors import InputError
-from realm_core.openqa.finetune import (
-    Prediction,
-    QAModels,
-    answer_correct,
-    fit_temperature,
-    predict,
-)
 from realm_core.openqa.finetune_stage import (
     EVAL_KIND,
     GOLD_SYSTEM,
@@ -42,6 +35,13 @@ from realm_core.openqa.finetune_stage import (
     _retriever,
     gold_reader_of,
     load_questions,
+)
+from realm_core.openqa.predict import (
+    Prediction,
+    QAModels,
+    answer_correct,
+    fit_temperature,
+    predict,
 )
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
@@ -218,7 +218,8 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
         form = finetune_config.form
         if fit:  # form and retrieval temperature, fit on dev questions (uniform p(z|x) is a candidate)
             tried = predict(models, retriever, calibration, blocks, tokenizer, finetune_config, config.answer_candidates,
-                            config.batch_size, progress, (None, *config.temperatures), config.forms, place)
+                            config.batch_size, progress, (None, *config.temperatures), config.forms, place,
+                            config.reader_tokens)
             (form, temperature), dev_em = fit_temperature(tried, calibration)
             temperatures[name] = {"form": form, "temperature": temperature, "dev_em": dev_em}
         run_config = finetune_config.model_copy(update={"form": form})
@@ -226,7 +227,8 @@ def run_evaluate_openqa(store: ArtifactStore, blocks_ref: ArtifactRef, questions
             if retriever.needs_passage and any(q.passage is None for q in qs):
                 continue  # the gold-paragraph reader needs every question's own passage (SQuAD)
             preds = predict(models, retriever, qs, blocks, tokenizer, run_config, config.answer_candidates,
-                            config.batch_size, progress, (temperature,), placement=place)[temperature]
+                            config.batch_size, progress, (temperature,), placement=place,
+                            row_tokens=config.reader_tokens)[temperature]
             sc = _scored(preds, qs, blocks)
             subset = [i for i, a in enumerate(in_corpus[d]) if a]
             results[d]["systems"][name] = {

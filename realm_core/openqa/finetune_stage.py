@@ -49,7 +49,8 @@ from realm_core.config import (
 )
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
-from realm_core.openqa.finetune import FinetuneCurves, QAModels, train_reader
+from realm_core.openqa.finetune import FinetuneCurves, train_reader
+from realm_core.openqa.predict import QAModels
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.progress import Progress
 from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources

@@ -68,6 +68,34 @@ class SpanScorer(nn.Module):
         return torch.stack(scores, dim=-1)  # (B, K, T, L)
 
 
+def read_by_length(reader: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   block_token_mask: torch.Tensor, token_type_ids: torch.Tensor, row_tokens: int,
+                   device: torch.device | None = None) -> torch.Tensor:
+    """Span scores (B, K, T, L) as `reader(...)` gives them for (B, K, T) rows, the B * K rows
+    read longest first in chunks of at most `row_tokens` padded wordpieces, each chunk padded
+    only to its own longest row: a short block (the end of an article) no longer pads to the
+    longest row of its batch, nor makes the span scorer score padding. Rows are independent
+    under the attention mask, so the scores are the unsorted forward's up to float rounding."""
+    b, k, t = input_ids.shape
+    flat = [x.reshape(b * k, t) for x in (input_ids, attention_mask, block_token_mask, token_type_ids)]
+    lengths = flat[1].sum(-1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    out: torch.Tensor | None = None
+    start = 0
+    while start < b * k:
+        longest = max(int(lengths[order[start]]), 1)
+        rows = order[start:start + max(row_tokens // longest, 1)]
+        chunk = [x[rows, :longest][None].to(device) if device is not None else x[rows, :longest][None]
+                 for x in flat]
+        scores = reader(*chunk).float()[0].cpu()  # (n, longest, L)
+        if out is None:
+            out = torch.full((b * k, t, scores.shape[-1]), float("-inf"))
+        out[rows, :longest] = scores
+        start += len(rows)
+    assert out is not None, "read_by_length needs at least one row"
+    return out.view(b, k, t, -1)
+
+
 def span_log_probs(span_scores: torch.Tensor, log_p_z: torch.Tensor, form: str) -> torch.Tensor:
     """log p(z, s | x) of every span of every block, (B, K, S) flattened spans; -inf-like
     (`_MASKED`) where a span leaves the block body. `form` is per_block or joint (module doc)."""

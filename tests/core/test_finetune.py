@@ -11,16 +11,8 @@ from realm_core.bert import load_tokenizer
 from realm_core.config import FinetuneConfig, ReaderBudget
 from realm_core.errors import InputError
 from realm_core.openqa.evaluation import ReadMemo, ReadOnce, _check_regexes, answerable
-from realm_core.openqa.finetune import (
-    Prediction,
-    QAModels,
-    answer_correct,
-    epoch_batch,
-    fit_temperature,
-    length_grouped_epoch,
-    predict,
-    train_reader,
-)
+from realm_core.openqa.finetune import epoch_batch, length_grouped_epoch, train_reader
+from realm_core.openqa.predict import Prediction, QAModels, answer_correct, fit_temperature, predict
 from realm_core.openqa.reading import (
     BlockStore,
     QAQuestion,

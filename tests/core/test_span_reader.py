@@ -9,6 +9,7 @@ from realm_core.openqa.span_reader import (
     SpanReader,
     SpanScorer,
     gold_spans,
+    read_by_length,
     span_marginal_likelihood,
 )
 
@@ -70,6 +71,28 @@ def test_decomposed_first_layer_equals_the_mlp_on_concatenated_states() -> None:
     for start, length in ((0, 0), (2, 2), (4, 1)):
         pair = torch.cat([hidden[:, :, start], hidden[:, :, start + length]], dim=-1)
         assert torch.allclose(scores[:, :, start, length], scorer.mlp(pair).squeeze(-1), atol=1e-5)
+
+
+def test_reading_by_length_equals_one_padded_forward(tiny_bert: str) -> None:
+    """Rows read longest first in chunks padded to their own longest give the scores of one
+    forward over every row padded to the batch's longest."""
+    reader = SpanReader.from_pretrained(tiny_bert, 3, seed=0).eval()
+    torch.manual_seed(0)
+    b, k, t = 3, 2, 16
+    ids = torch.randint(1000, 2000, (b, k, t))
+    lengths = torch.tensor([[16, 5], [9, 12], [7, 16]])
+    mask = (torch.arange(t) < lengths[..., None]).long()
+    ids = ids * mask
+    body = (torch.arange(t) >= 3) & mask.bool()
+    body &= torch.arange(t) < (lengths[..., None] - 1)
+    types = torch.zeros_like(ids)
+    with torch.inference_mode():
+        whole = reader(ids, mask, body, types)
+        for row_tokens in (1, 20, 40, 10**6):
+            sorted_read = read_by_length(reader, ids, mask, body, types, row_tokens)
+            assert torch.equal(torch.isfinite(sorted_read), torch.isfinite(whole))
+            finite = torch.isfinite(whole)
+            assert torch.allclose(sorted_read[finite], whole[finite], atol=1e-5)
 
 
 def test_no_nan_gradient_from_questions_or_blocks_without_a_gold_span() -> None:
