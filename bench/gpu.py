@@ -225,7 +225,7 @@ def step_bench(model_dir: Path, blocks: Any, examples: list[Any], device: Any, r
 
     def realm_step(b: list[Any], placement: Placement = place) -> Any:
         optimizer.zero_grad(set_to_none=True)
-        out, reader_batch, _, _ = realm_forward(models, b, handle, data, config, placement)
+        out, reader_batch, _ = realm_forward(models, b, handle, data, config, placement)
         out.loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         return reader_batch

@@ -59,7 +59,7 @@ def time_modes(models: RealmModels, optimizer: torch.optim.Optimizer, handle: In
 
     def realm_step(batch: list[MaskedExample], config: PretrainConfig = config) -> Any:
         optimizer.zero_grad()
-        out, reader_batch, _, _ = realm_forward(models, batch, handle, data, config)
+        out, reader_batch, _ = realm_forward(models, batch, handle, data, config)
         out.loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         return reader_batch

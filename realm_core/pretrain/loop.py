@@ -3,6 +3,9 @@
     refresh_index -> get batch -> retrieve -> forward (marginal likelihood) -> backward -> clip
     -> step -> log -> eval -> checkpoint
 
+`train_realm` is those steps, each labelled; resuming, wrapping for data parallelism, the
+micro-batched forward and backward, the curve row and the checkpoint are the helpers above it.
+
 Gradients reach both retriever encoders through p(z|x): the index only proposes the top-k
 blocks; their relevance scores are recomputed with the current query and document encoders.
 
@@ -127,11 +130,10 @@ def batch_picks(config: PretrainConfig, step: int, n_train: int) -> np.ndarray:
 def realm_forward(models: RealmModels, examples: list[MaskedExample], index: IndexHandle | None,
                   data: PretrainData, config: PretrainConfig,
                   placement: Placement | None = None,
-                  train_retriever: bool = True) -> tuple[MarginalOutput, ReaderBatch, torch.Tensor, np.ndarray | None]:
+                  train_retriever: bool = True) -> tuple[MarginalOutput, ReaderBatch, torch.Tensor]:
     """retrieve + knowledge-augmented encoder + marginal likelihood for one (micro-)batch; the
     encoders get no gradient under `pretrain.freeze_retriever` or when `train_retriever` is False.
-    Returns (the marginal, the reader batch, the (B, K) relevance scores, the (B, D) query
-    embeddings it searched with; None without retrieval)."""
+    Returns (the marginal, the reader batch, the (B, K) relevance scores)."""
     place = placement or Placement.single()
     dev = place.device
     tok = data.tokenizer
@@ -142,15 +144,13 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         candidates = np.zeros((b, 0), dtype=np.int64)
         scores = torch.zeros((b, 1), device=dev)  # (B, 1): the null block alone, p(null|x) = 1
         batch = reader_batch(examples, candidates, data.blocks, tok, config.reader_length).to(dev)
-        queries = None
     else:
         with retriever_grad, place.compute():
             ids, mask = pad_sequences([ex.input_ids for ex in examples], tok.pad_token_id)
             q = models.query_encoder(ids.to(dev), mask.to(dev)).float()  # (B, D)
         # the (stale) index proposes; REALM §3.4: trivial retrievals (the query's block) are dropped
-        queries = q.detach().cpu().numpy()
         with record_function("realm.search"):
-            _, ranked = index.index.search(queries, config.top_k - 1 + config.exclusion_margin)
+            _, ranked = index.index.search(q.detach().cpu().numpy(), config.top_k - 1 + config.exclusion_margin)
         with record_function("realm.batching"):
             candidates = retrieve_candidates(ranked, examples, data.blocks, config.top_k - 1,
                                              config.exclusion)  # (B, K-1)
@@ -183,7 +183,7 @@ def realm_forward(models: RealmModels, examples: list[MaskedExample], index: Ind
         token_log_probs = models.reader(batch.input_ids, batch.attention_mask, batch.masked_positions)  # (B, K, M, V)
     out = marginal_likelihood(token_log_probs, batch.targets, batch.target_mask, scores, batch.block_mask,
                               config.null_weight)
-    return out, batch, scores, queries
+    return out, batch, scores
 
 
 def span_correct(out: MarginalOutput, batch: ReaderBatch) -> torch.Tensor:
@@ -247,7 +247,7 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
     with torch.no_grad():
         for start in range(0, len(mine), config.batch_size):
             chunk = mine[start:start + config.batch_size]
-            out, batch, scores, _ = realm_forward(models, chunk, index, data, config, place)
+            out, batch, scores = realm_forward(models, chunk, index, data, config, place)
             holders = holders_in_batch(chunk, batch, data)  # (b, K)
             answer = holders.any(axis=1)  # (b,)
             for k, v in batch_metrics(out, batch, scores, holders).items():
@@ -267,6 +267,121 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
     return {k: v / max(len(held), 1) for k, v in zip(totals, summed, strict=True)} | {"examples": float(len(held))}
 
 
+@dataclass
+class _Run:
+    """What a pretraining run carries from step to step besides the weights."""
+
+    optimizer: torch.optim.Optimizer
+    curves: Curves
+    start: int                   # the step it starts (or resumes) at
+    index: IndexHandle | None    # the index version in use
+    unfrozen_at: int | None      # the step the encoders first trained at
+
+
+def _resume(models: RealmModels, config: PretrainConfig, checkpoint_root: Path, base_step: int,
+            index_at: Callable[[int], IndexHandle] | None, place: Placement) -> _Run:
+    """The optimizer over what trains (the encoders at `retriever_lr_scale`), restored with the
+    weights, curves and index version from the newest checkpoint when there is one."""
+    for m in models.modules().values():
+        m.to(place.device)
+    trainable = [models.reader] + ([] if config.freeze_retriever else [models.query_encoder, models.doc_encoder])
+    scales = [1.0] + [config.retriever_lr_scale] * (len(trainable) - 1)
+    optimizer = adamw(trainable, config.learning_rate, config.weight_decay, scales)
+    curves, start, index_step = Curves(), 0, base_step
+    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
+        restore_checkpoint(ckpt, models.modules(), optimizer)
+        start, index_step = ckpt.step, int(ckpt.state["index_step"])
+        saved = ckpt.state["curves"]
+        # a checkpoint written before runs kept their time: the sum of its steps' own times
+        seconds = saved.get("seconds", sum(1.0 / r["steps_per_s"] for r in saved["steps"] if r.get("steps_per_s")))
+        curves = Curves(saved["steps"], saved["evals"], saved.get("heldout", []), float(seconds),
+                        [*saved.get("resumed_at", []), start])
+    index = index_at(index_step) if index_at is not None else None
+    return _Run(optimizer, curves, start, index, first_trained_step(curves.steps, config.retriever_frozen_steps))
+
+
+def _for_ranks(models: RealmModels, config: PretrainConfig, retrieving: bool,
+               place: Placement) -> tuple[RealmModels, list[torch.nn.Module]]:
+    """The models as a step runs them (DDP wraps what trains and runs forward; the null-only
+    baseline never calls the encoders), and those whose gradients ranks average."""
+    encoders = retrieving and not config.freeze_retriever
+    shared = RealmModels(place.data_parallel(models.reader),
+                         *(place.data_parallel(m) if encoders else m for m in (models.query_encoder, models.doc_encoder)))
+    return shared, [m for m in shared.modules().values() if m is not unwrap(m)]
+
+
+def refresh_index(refresher: IndexRefresher | None, run: _Run, models: RealmModels, config: PretrainConfig,
+                  step: int, base_step: int, index_at: Callable[[int], IndexHandle] | None,
+                  place: Placement) -> None:
+    """REALM §3.4's asynchronous refresh: swap in a finished refresh, start the next on schedule
+    (none while the encoders are frozen: they are what the index was built with); every rank
+    switches to the version rank 0 announces, at the same step."""
+    index = run.index
+    wanted = index.step if index is not None else base_step
+    if refresher is not None:
+        if (fresh := refresher.poll()) is not None:
+            index, wanted = fresh, fresh.step
+        if run.unfrozen_at is not None and step > run.unfrozen_at and step % config.refresh_every == 0:
+            refresher.submit(models.query_encoder, models.doc_encoder, base_step + step)
+            if refresher.sync and (fresh := refresher.poll()) is not None:
+                index, wanted = fresh, fresh.step
+    if index_at is not None and (wanted := place.broadcast_int(wanted)) != (index.step if index else None):
+        index = index_at(wanted)
+    run.index = index
+
+
+def _forward_backward(shared: RealmModels, syncing: list[torch.nn.Module], examples: list[MaskedExample],
+                      global_batch: int, run: _Run, data: PretrainData, config: PretrainConfig,
+                      retriever_learns: bool, place: Placement) -> tuple[float, dict[str, float]]:
+    """Retrieve, read, marginalise and backpropagate over micro-batches; the gradient is that of
+    the global batch mean (DDP averages over ranks, hence the world-size factor). Returns this
+    rank's loss and metric sums."""
+    totals = dict.fromkeys(EVAL_METRICS, 0.0)
+    loss_sum = 0.0
+    micro = max(1, math.ceil(len(examples) / config.grad_accumulation))
+    starts = range(0, len(examples), micro)
+    for start in starts:
+        chunk = examples[start:start + micro]
+        with gradient_sync(syncing, sync=start == starts[-1]):
+            out, batch, scores = realm_forward(shared, chunk, run.index, data, config, place,
+                                               train_retriever=retriever_learns)
+            (out.loss * (len(chunk) * place.world_size / global_batch)).backward()  # type: ignore[no-untyped-call]
+        loss_sum += out.loss.item() * len(chunk)
+        for k, v in batch_metrics(out, batch, scores, holders_in_batch(chunk, batch, data)).items():
+            totals[k] += v * len(chunk)
+    return loss_sum, totals
+
+
+def _step_row(done: int, lr: float, loss_sum: float, totals: dict[str, float], global_batch: int, run: _Run,
+              base_step: int, retriever_learns: bool, seconds: float, refresher: IndexRefresher | None,
+              place: Placement) -> dict[str, float]:
+    """A step's curve row, its sums added over ranks (the global batch's means)."""
+    loss, *summed = place.sum([loss_sum, *totals.values()])
+    index_step = run.index.step if run.index is not None else base_step
+    row = {"step": float(done), "loss": loss / global_batch, "learning_rate": lr,
+           **{k: v / global_batch for k, v in zip(totals, summed, strict=True)},
+           "index_step": float(index_step), "staleness": float(base_step + done - index_step),
+           "retriever_trained": float(retriever_learns), "steps_per_s": 1.0 / max(seconds, 1e-9),
+           "blocked_s": refresher.blocked_seconds if refresher else 0.0}
+    if not math.isfinite(row["loss"]):
+        raise FloatingPointError(f"step {done}: loss is {row['loss']}; lower pretrain.learning_rate")
+    return row
+
+
+def _checkpoint(checkpoint_root: Path, done: int, models: RealmModels, run: _Run, base_step: int,
+                place: Placement) -> None:
+    """Rank 0 writes weights, optimizer, curves and the index version; every rank resumes from
+    the shared root."""
+    if place.is_main:
+        c = run.curves
+        save_checkpoint(checkpoint_root, done, models.modules(), run.optimizer,
+                        {"curves": {"steps": c.steps, "evals": c.evals, "heldout": c.heldout, "seconds": c.seconds,
+                                    "resumed_at": c.resumed_at},
+                         "index_step": run.index.step if run.index is not None else base_step,
+                         "base_step": base_step})
+    place.barrier()
+
+
 def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
                 index_at: Callable[[int], IndexHandle] | None, refresher: IndexRefresher | None,
                 base_step: int, checkpoint_root: Path, progress: Progress | None = None,
@@ -280,120 +395,61 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     is given a `refresher`; the others follow the index version it broadcasts."""
     place = placement or Placement.single()
     progress = progress or NoProgress()
-    for m in models.modules().values():
-        m.to(place.device)
-    trainable = [models.reader] + ([] if config.freeze_retriever else [models.query_encoder, models.doc_encoder])
-    scales = [1.0] + [config.retriever_lr_scale] * (len(trainable) - 1)
-    optimizer = adamw(trainable, config.learning_rate, config.weight_decay, scales)
-    curves = Curves()
-    start, index_step = 0, base_step
-    if (ckpt := latest_checkpoint(checkpoint_root)) is not None:
-        restore_checkpoint(ckpt, models.modules(), optimizer)
-        start, index_step = ckpt.step, int(ckpt.state["index_step"])
-        saved = ckpt.state["curves"]
-        # a checkpoint written before runs kept their time: the sum of its steps' own times
-        seconds = saved.get("seconds", sum(1.0 / r["steps_per_s"] for r in saved["steps"] if r.get("steps_per_s")))
-        curves = Curves(saved["steps"], saved["evals"], saved.get("heldout", []), float(seconds),
-                        [*saved.get("resumed_at", []), start])
-    index = index_at(index_step) if index_at is not None else None
-    # DDP wraps what trains and runs forward; the null-only baseline never calls the encoders
+    run = _resume(models, config, checkpoint_root, base_step, index_at, place)
+    curves = run.curves
     retrieving = index_at is not None and config.retrieval == "realm"
-    shared = RealmModels(place.data_parallel(models.reader) if models.reader in trainable else models.reader,
-                         *(place.data_parallel(m) if m in trainable and retrieving else m
-                           for m in (models.query_encoder, models.doc_encoder)))
-    syncing = [m for m in shared.modules().values() if m is not unwrap(m)]
+    shared, syncing = _for_ranks(models, config, retrieving, place)
     for m in models.modules().values():
         m.train()
     progress.start("REALM pretraining", config.steps, "steps")
-    progress.advance(start)
+    progress.advance(run.start)
     t_last = time.perf_counter()
     began = t_last - curves.seconds
-    unfrozen_at = first_trained_step(curves.steps, config.retriever_frozen_steps)
-    for step in range(start, config.steps):
+    for step in range(run.start, config.steps):
         # the cold start (Atlas: --freeze_retriever_steps): the reader learns to read retrieved
-        # blocks before the retriever's gradient, p(z|x)'s share of log p(y|x), carries signal;
-        # with retriever_unfreeze_utility, until retrieved blocks help it on average
+        # blocks before the retriever's gradient, p(z|x)'s share of log p(y|x), carries signal
         retriever_learns = retrieving and retriever_learns_at(step, curves.steps, config)
-        if retriever_learns and unfrozen_at is None:
-            unfrozen_at = step
-        # refresh_index: swap in a finished refresh, start the next one on schedule (none while
-        # the encoders are frozen: they are what the index was built with); every rank switches
-        # to the version rank 0 announces, at the same step
-        wanted = index.step if index is not None else base_step
-        if refresher is not None:
-            if (fresh := refresher.poll()) is not None:
-                index, wanted = fresh, fresh.step
-            if unfrozen_at is not None and step > unfrozen_at and step % config.refresh_every == 0:
-                refresher.submit(models.query_encoder, models.doc_encoder, base_step + step)
-                if refresher.sync and (fresh := refresher.poll()) is not None:
-                    index, wanted = fresh, fresh.step
-        if index_at is not None and (wanted := place.broadcast_int(wanted)) != (index.step if index else None):
-            index = index_at(wanted)
+        if retriever_learns and run.unfrozen_at is None:
+            run.unfrozen_at = step
+        refresh_index(refresher, run, models, config, step, base_step, index_at, place)
         # get batch: a function of (seed, step) only; each rank reads its slice
         picks = batch_picks(config, step, len(data.train))  # (B,)
         examples = place.shard([data.train[i] for i in picks])
         lr = learning_rate_at(step, config.learning_rate, config.warmup_steps, config.steps)
-        set_learning_rate(optimizer, lr)
-        # forward (retrieve, read, marginalise) and backward, over micro-batches; the gradient is
-        # that of the global batch mean (DDP averages over ranks, hence the world-size factor)
+        set_learning_rate(run.optimizer, lr)
         torch.manual_seed(step_seed(config.seed, step, stream=1 + place.rank))  # dropout masks
-        optimizer.zero_grad(set_to_none=True)
-        totals = dict.fromkeys(EVAL_METRICS, 0.0)
-        loss_sum = 0.0
-        micro = max(1, math.ceil(len(examples) / config.grad_accumulation))
-        starts = range(0, len(examples), micro)
-        for start_i in starts:
-            chunk = examples[start_i:start_i + micro]
-            with gradient_sync(syncing, sync=start_i == starts[-1]):
-                out, batch, scores, _ = realm_forward(shared, chunk, index, data, config, place,
-                                                      train_retriever=retriever_learns)
-                weight = len(chunk) * place.world_size / len(picks)
-                (out.loss * weight).backward()  # type: ignore[no-untyped-call]
-            loss_sum += out.loss.item() * len(chunk)
-            for k, v in batch_metrics(out, batch, scores, holders_in_batch(chunk, batch, data)).items():
-                totals[k] += v * len(chunk)
+        run.optimizer.zero_grad(set_to_none=True)
+        # forward (retrieve, read, marginal likelihood) and backward
+        loss_sum, totals = _forward_backward(shared, syncing, examples, len(picks), run, data, config,
+                                             retriever_learns, place)
         # clip, step
-        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+        torch.nn.utils.clip_grad_norm_([p for g in run.optimizer.param_groups for p in g["params"]],
                                        config.max_grad_norm)
-        optimizer.step()
+        run.optimizer.step()
         done = step + 1
-        # log (sums over ranks: the global batch's means)
-        loss_sum, *summed = place.sum([loss_sum, *totals.values()])
+        # log
         now = time.perf_counter()
-        index_step = index.step if index is not None else base_step
-        row = {"step": float(done), "loss": loss_sum / len(picks), "learning_rate": lr,
-               **{k: v / len(picks) for k, v in zip(totals, summed, strict=True)},
-               "index_step": float(index_step), "staleness": float(base_step + done - index_step),
-               "retriever_trained": float(retriever_learns),
-               "steps_per_s": 1.0 / max(now - t_last, 1e-9),
-               "blocked_s": refresher.blocked_seconds if refresher else 0.0}
+        row = _step_row(done, lr, loss_sum, totals, len(picks), run, base_step, retriever_learns, now - t_last,
+                        refresher, place)
         t_last = now
-        if not math.isfinite(row["loss"]):
-            raise FloatingPointError(f"step {done}: loss is {row['loss']}; lower pretrain.learning_rate")
         curves.steps.append(row)
         progress.advance(1)
         if on_log is not None and (done % config.log_every == 0 or done == config.steps):
             on_log(row)
-        # eval
+        # evaluate on held-out masked spans
         if done % config.eval_every == 0 or done == config.steps:
-            last = curves.heldout if done == config.steps else None
             progress.pause(f"held-out evaluation at step {done} "
                            f"({min(config.eval_examples, len(data.heldout)):,} masked spans)")
             t_eval = time.perf_counter()
-            curves.evals.append({"step": float(done),
-                                 **evaluate(shared, data, index, config, config.eval_examples, place, last)})
+            curves.evals.append({"step": float(done), **evaluate(
+                shared, data, run.index, config, config.eval_examples, place,
+                curves.heldout if done == config.steps else None)})
             t_last += time.perf_counter() - t_eval  # the next step's steps_per_s is its own
             progress.resume()
         curves.seconds = time.perf_counter() - began
-        # checkpoint (rank 0 writes; every rank resumes from the shared root)
+        # checkpoint
         if done % config.checkpoint_every == 0 or done == config.steps:
-            if place.is_main:
-                save_checkpoint(checkpoint_root, done, models.modules(), optimizer,
-                                {"curves": {"steps": curves.steps, "evals": curves.evals,
-                                            "heldout": curves.heldout, "seconds": curves.seconds,
-                                            "resumed_at": curves.resumed_at},
-                                 "index_step": index_step, "base_step": base_step})
-            place.barrier()
+            _checkpoint(checkpoint_root, done, models, run, base_step, place)
     progress.finish()
     if refresher is not None:
         refresher.wait()

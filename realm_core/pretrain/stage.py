@@ -26,19 +26,18 @@ from realm_core.bert import load_tokenizer
 from realm_core.blocks import blocks_tokenizer
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
-from realm_core.curves import curve_markdown, plot_curves
+from realm_core.curves import plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact, resolve_device
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.heldout import (
     is_heldout,
-    recoverable,
     split_heldout,
 )
-from realm_core.pretrain.loop import PretrainData, RealmModels, train_realm
+from realm_core.pretrain.loop import Curves, PretrainData, RealmModels, train_realm
 from realm_core.pretrain.reader_mlm import reader_mlm_dir, run_reader_mlm
 from realm_core.pretrain.refresh import IndexHandle, IndexRefresher
-from realm_core.pretrain.schedule import first_trained_step, retriever_trained, utility_below_zero
+from realm_core.pretrain.summary import heldout_rows, pretrain_report, pretrain_stats
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_blocks
@@ -48,10 +47,6 @@ from realm_core.spans.mining import open_mined
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
-STEP_COLUMNS = ("step", "loss", "span_accuracy", "p_null", "retrieval_utility", "answer_retrieved", "p_holder",
-                "staleness", "retriever_trained")
-EVAL_COLUMNS = ("step", "span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved",
-                "p_holder")
 
 
 def run_warm_reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: PretrainConfig,
@@ -136,23 +131,10 @@ def pretrain_data(blocks: Artifact, spans: Artifact, config: PretrainConfig, mas
     return PretrainData(train, heldout, BlockTexts.from_table(table), tokenizer)
 
 
-def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,
-                 retriever_ref: ArtifactRef | None, config: PretrainConfig, masking: MaskingConfig,
-                 embed: EmbedConfig, index_config: IndexConfig, progress: Progress | None = None,
-                 force: bool = False, refresh_index: RefreshIndex | None = None,
-                 chunk_encoder: str | None = None, reader_start: ArtifactRef | None = None) -> StageResult:
-    """Pretrain; `reader_start`, given, is the reader warm start's artifact the reader starts from
-    (else the masked-LM warm-up's, or `pretrain.reader_encoder` itself where that is off);
-    `refresh_index(embed, index_root)` re-embeds the blocks with
-    `embed.doc_encoder` and builds the new index version under `index_root` (default: the
-    retrieval stages called directly; the Prefect flow passes its refresh-index subflow).
-    `chunk_encoder` (the config's `chunk.encoder`) is where the blocks' tokenizer is now, tried
-    before the reader's and the path the blocks record to read their wordpieces again."""
-    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
-
-    if (config.warm_start == "none") != (retriever_ref is None):
-        raise ConfigError(f"pretrain.warm_start={config.warm_start!r} but a retriever artifact was "
-                          f"{'given' if retriever_ref else 'not given'}")
+def _inputs(blocks_ref: ArtifactRef, spans_ref: ArtifactRef, retriever_ref: ArtifactRef | None,
+            config: PretrainConfig, masking: MaskingConfig, embed: EmbedConfig, index_config: IndexConfig,
+            reader_start: ArtifactRef | None) -> dict[str, str]:
+    """What the stage's cache key hashes besides its config."""
     inputs = {"blocks": blocks_ref.content_hash, "spans": spans_ref.content_hash,
               "retriever": retriever_ref.content_hash if retriever_ref else "none",
               "reader": encoder_hash(config.reader_encoder), "masking": masking.config_hash(),
@@ -162,139 +144,147 @@ def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Artif
         inputs["reader_start"] = reader_start.content_hash
     if config.fresh_encoder is not None and retriever_ref is None:  # hashed by content: a moved copy hits
         inputs["fresh_encoder"] = encoder_hash(config.fresh_encoder)
-    cache = CachedStage(store, KIND, config, inputs, force)
+    return inputs
+
+
+def _reader(store: ArtifactStore, blocks_ref: ArtifactRef, config: PretrainConfig, placement: Placement,
+            progress: Progress | None, reader_start: ArtifactRef | None) -> tuple[Any, dict[str, Any] | None, str]:
+    """The knowledge-augmented encoder pretraining starts from (the reader warm start's artifact,
+    else the masked-LM warm-up's, else `pretrain.reader_encoder`), what it was and its report."""
+    from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
+
+    source, report = config.reader_encoder, ""
+    stats: dict[str, Any] | None = None
+    if reader_start is not None:
+        source = str(Path(reader_start.path) / "reader")
+        stats = {"artifact": reader_start.path, "kind": reader_start.kind}
+    elif (warmup := run_warm_reader(store, blocks_ref, config, placement, progress)) is not None:
+        source = reader_mlm_dir(warmup.ref)
+        stats = {"artifact": warmup.ref.path, "cached": warmup.cached, **warmup.stats}
+        report = warmup.report + "\n\n"
+    return KnowledgeAugmentedEncoder.from_pretrained(source, dropout=config.dropout, seed=config.seed), stats, report
+
+
+class RunIndex:
+    """A run's own index namespace, `<root>/runs/pretrain-<key>/`: its encoder snapshots and
+    index versions v<step>. The first version is the warm start's encoders' (their embeddings
+    cached in the main store); later ones are refreshes (`refresh_index(embed, run_root)`, else
+    the retrieval stages called directly)."""
+
+    def __init__(self, store: ArtifactStore, key: str, blocks_ref: ArtifactRef, retriever_ref: ArtifactRef | None,
+                 config: PretrainConfig, embed: EmbedConfig, index_config: IndexConfig,
+                 refresh_index: RefreshIndex | None, base_step: int, dim: int) -> None:
+        self.store, self.blocks_ref, self.retriever_ref = store, blocks_ref, retriever_ref
+        self.config, self.embed, self.index_config, self.refresh_index = config, embed, index_config, refresh_index
+        self.base_step, self.dim = base_step, dim
+        self.root = Path(store.root) / "runs" / f"pretrain-{key}"
+        self.versions = ArtifactStore(self.root)
+
+    def has(self, step: int) -> bool:
+        return (self.root / "index" / f"v{step:08d}").is_dir()
+
+    def build(self, q: RetrieverEncoder, d: RetrieverEncoder, step: int) -> IndexHandle:
+        """Embed the blocks with `d` (snapshotted beside `q`) and open the index version `step`."""
+        if step == self.base_step and self.retriever_ref is not None:
+            doc_dir = doc_encoder_dir(self.retriever_ref)  # the warm start's own: its embeddings are cached
+        else:
+            snapshot = self.root / "encoders" / f"step-{step:08d}"
+            for name, enc in (("query_encoder", q), ("doc_encoder", d)):
+                enc.step = step
+                if not (snapshot / name / "realm_retriever.json").is_file():
+                    enc.save_pretrained(snapshot / name, tokenizer_source=self.config.reader_encoder)
+            doc_dir = str(snapshot / "doc_encoder")
+        snapshot_embed = self.embed.model_copy(update={"doc_encoder": doc_dir})
+        if self.refresh_index is not None:
+            self.refresh_index(snapshot_embed, str(self.root))
+        else:
+            emb = run_embed_blocks(self.store, self.blocks_ref, snapshot_embed)
+            run_build_index(self.store, emb.ref, self.blocks_ref, self.index_config, index_store=self.versions)
+        return self.at(step)
+
+    def at(self, step: int) -> IndexHandle:
+        """Index version `step`, checked against the blocks and the query embedding's dimension."""
+        index, art = load_index(self.versions, step)
+        art.made_from(blocks=self.blocks_ref)
+        if index.dim != self.dim:
+            raise ConfigError(f"{art.path}: index dimension {index.dim} != query embedding dimension {self.dim}")
+        return IndexHandle(index, step)
+
+
+def _publish(cache: CachedStage, reader: Any, encoders: tuple[RetrieverEncoder, RetrieverEncoder],
+             data: PretrainData, curves: Curves,
+             rows: list[dict[str, Any]], stats: dict[str, Any], report: str, config: PretrainConfig,
+             counts: Counter[str], step: int) -> None:
+    """The realm_model artifact: reader (with the blocks' tokenizer), both encoders at `step`, the
+    curves, the held-out rows, the plot, stats and report."""
+    with cache.write() as out:
+        reader.save_pretrained(out.tmp / "reader")
+        data.tokenizer.save_pretrained(str(out.tmp / "reader"))
+        for name, encoder in zip(("query_encoder", "doc_encoder"), encoders, strict=True):
+            encoder.step = step
+            encoder.eval()
+            encoder.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
+        out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
+        out.table("pretrain_eval").write(curves.evals)
+        out.table("pretrain_heldout").write(rows)
+        plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
+                    out.file("pretrain_curves.png"), f"REALM pretraining ({config.retrieval})")
+        out.extra_manifest.update({"stats": stats, "report": report, "step": step, "example_counts": dict(counts)})
+
+
+def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,
+                 retriever_ref: ArtifactRef | None, config: PretrainConfig, masking: MaskingConfig,
+                 embed: EmbedConfig, index_config: IndexConfig, progress: Progress | None = None,
+                 force: bool = False, refresh_index: RefreshIndex | None = None,
+                 chunk_encoder: str | None = None, reader_start: ArtifactRef | None = None) -> StageResult:
+    """Pretrain; `reader_start`, given, is the reader warm start's artifact the reader starts from
+    (else the masked-LM warm-up's, or `pretrain.reader_encoder` itself where that is off);
+    `refresh_index(embed, index_root)` re-embeds the blocks with `embed.doc_encoder` and builds
+    the new index version under `index_root` (default: the retrieval stages called directly; the
+    Prefect flow passes its refresh-index subflow). `chunk_encoder` (the config's `chunk.encoder`)
+    is where the blocks' tokenizer is now, tried before the reader's and the path the blocks
+    record to read their wordpieces again."""
+    if (config.warm_start == "none") != (retriever_ref is None):
+        raise ConfigError(f"pretrain.warm_start={config.warm_start!r} but a retriever artifact was "
+                          f"{'given' if retriever_ref else 'not given'}")
+    cache = CachedStage(store, KIND, config, _inputs(blocks_ref, spans_ref, retriever_ref, config, masking, embed,
+                                                     index_config, reader_start), force)
     if cache.hit:
         return cache.hit
     blocks, spans = open_mined(store, blocks_ref, spans_ref)
-    blocks_encoder = _blocks_encoder(blocks, config, chunk_encoder)
-    _check_compatible(config, retriever_ref, blocks, blocks_encoder)
+    _check_compatible(config, retriever_ref, blocks, _blocks_encoder(blocks, config, chunk_encoder))
     placement = Placement.from_env(config.device, config.precision)
     if config.batch_size % placement.world_size:
         raise ConfigError(f"pretrain.batch_size={config.batch_size} does not split evenly over "
                           f"{placement.world_size} ranks")
     query_encoder, doc_encoder = _encoders(config, retriever_ref)
-    reader_source, warmup_report = config.reader_encoder, ""
-    warmup_stats: dict[str, Any] | None = None
-    if reader_start is not None:
-        reader_source = str(Path(reader_start.path) / "reader")
-        warmup_stats = {"artifact": reader_start.path, "kind": reader_start.kind}
-    elif (warmup := run_warm_reader(store, blocks_ref, config, placement, progress)) is not None:
-        reader_source = reader_mlm_dir(warmup.ref)
-        warmup_stats = {"artifact": warmup.ref.path, "cached": warmup.cached, **warmup.stats}
-        warmup_report = warmup.report + "\n\n"
-    reader = KnowledgeAugmentedEncoder.from_pretrained(reader_source, dropout=config.dropout,
-                                                       seed=config.seed)
-    base_step = query_encoder.step
-
-    counts: Counter[str] = Counter()
+    reader, reader_stats, reader_report = _reader(store, blocks_ref, config, placement, progress, reader_start)
+    base_step, counts = query_encoder.step, Counter[str]()
     data = pretrain_data(blocks, spans, config, masking, chunk_encoder, counts)
-    train, heldout, tokenizer = data.train, data.heldout, data.tokenizer
-    if len(train) < config.batch_size or not heldout:
-        raise RealmError(f"{spans.path}: {len(train)} training and {len(heldout)} held-out masked "
+    if len(data.train) < config.batch_size or not data.heldout:
+        raise RealmError(f"{spans.path}: {len(data.train)} training and {len(data.heldout)} held-out masked "
                          f"examples; need at least batch_size={config.batch_size} and one held out")
-
-    # the run's own index namespace; the initial index is built from the warm-start encoder
-    run_root = Path(store.root) / "runs" / f"pretrain-{cache.key}"
-    run_store = ArtifactStore(run_root)
-
-    def build(q: RetrieverEncoder, d: RetrieverEncoder, step: int) -> IndexHandle:
-        if step == base_step and retriever_ref is not None:
-            doc_dir = doc_encoder_dir(retriever_ref)  # the warm start's own: its embeddings are cached
-        else:
-            snapshot = run_root / "encoders" / f"step-{step:08d}"
-            for name, enc in (("query_encoder", q), ("doc_encoder", d)):
-                enc.step = step
-                if not (snapshot / name / "realm_retriever.json").is_file():
-                    enc.save_pretrained(snapshot / name, tokenizer_source=config.reader_encoder)
-            doc_dir = str(snapshot / "doc_encoder")
-        snapshot_embed = embed.model_copy(update={"doc_encoder": doc_dir})
-        if refresh_index is not None:
-            refresh_index(snapshot_embed, str(run_root))
-        else:
-            emb = run_embed_blocks(store, blocks_ref, snapshot_embed)
-            run_build_index(store, emb.ref, blocks_ref, index_config, index_store=run_store)
-        return index_at(step)
-
-    def index_at(step: int) -> IndexHandle:
-        index, art = load_index(run_store, step)
-        art.made_from(blocks=blocks_ref)
-        if index.dim != query_encoder.projection_dim:
-            raise ConfigError(f"{art.path}: index dimension {index.dim} != query embedding "
-                              f"dimension {query_encoder.projection_dim}")
-        return IndexHandle(index, step)
-
+    index = RunIndex(store, cache.key, blocks_ref, retriever_ref, config, embed, index_config, refresh_index,
+                     base_step, query_encoder.projection_dim)
     retrieving = config.retrieval == "realm"
-    if retrieving and placement.is_main and not (run_root / "index" / f"v{base_step:08d}").is_dir():
-        build(query_encoder, doc_encoder, base_step)
+    if retrieving and placement.is_main and not index.has(base_step):
+        index.build(query_encoder, doc_encoder, base_step)
     placement.barrier()
-    refresher = (IndexRefresher(build, config.sync_refresh)
+    refresher = (IndexRefresher(index.build, config.sync_refresh)
                  if retrieving and not config.freeze_retriever and placement.is_main else None)
-    checkpoints = cache.checkpoints
     t0 = time.perf_counter()
     try:
-        curves = train_realm(RealmModels(reader, query_encoder, doc_encoder), data, config,
-                             index_at if retrieving else None, refresher, base_step, checkpoints,
-                             progress or NoProgress(), placement=placement)
+        curves = train_realm(RealmModels(reader, query_encoder, doc_encoder), data, config, index.at if retrieving else None, refresher, base_step,
+                             cache.checkpoints, progress or NoProgress(), placement=placement)
     finally:
         if refresher is not None:
             refresher.close()
-    wall = time.perf_counter() - t0  # this process's part: what the refresher's blocked time is a share of
     if not placement.is_main:
         return rank_zero_artifact(placement, cache)
-    final_eval = curves.evals[-1]
-    locator = data.locator
-    heldout_rows = [{"example": i, "doc_id": e.doc_id, "block_id": e.block_id, "correct": r["correct"] > 0.5,
-                     "log_p": r["log_p"], "recoverable": recoverable(e, locator, data.blocks, config.exclusion),
-                     "answer_retrieved": r["answer_retrieved"] > 0.5}
-                    for i, (e, r) in enumerate(zip(heldout, curves.heldout, strict=True))]
-    recoverable_correct = [bool(r["correct"]) for r in heldout_rows if r["recoverable"]]
-    tail = curves.steps[-min(20, len(curves.steps)):]
-    # watched once the encoders train: a frozen first phase cannot collapse, its reader is still learning
-    window = max(10, min(100, config.steps // 10))
-    trained = [r for r in curves.steps if retriever_trained(r, config.retriever_frozen_steps)]
-    collapse = utility_below_zero(trained, window) if retrieving else None
-    unfrozen = first_trained_step(curves.steps, config.retriever_frozen_steps) if retrieving else None
-    stats = {
-        "steps": config.steps, "retrieval": config.retrieval, "masking": masking.strategy,
-        "train_examples": len(train), "heldout_examples": len(heldout),
-        "heldout_articles": len({e.doc_id for e in heldout}), "recoverable_examples": len(recoverable_correct),
-        "heldout_span_accuracy": round(final_eval["span_accuracy"], 4),
-        "recoverable_span_accuracy": round(sum(recoverable_correct) / len(recoverable_correct), 4)
-        if recoverable_correct else None,
-        "heldout_retrieval_utility": round(final_eval["retrieval_utility"], 4),
-        "heldout_p_null": round(final_eval["p_null"], 4),
-        "heldout_answer_retrieved": round(final_eval["answer_retrieved"], 4),
-        "heldout_p_holder": round(final_eval["p_holder"], 4),
-        "final_loss": round(sum(r["loss"] for r in tail) / len(tail), 4),
-        "utility_below_zero_steps": list(collapse) if collapse else None,
-        # the first step (1-based) whose update reached the encoders; None: they never trained
-        "retriever_trained_from_step": unfrozen + 1 if unfrozen is not None else None,
-        # the whole run's training time, resumes included; the steps a resume repeated are not in it
-        "wall_seconds": round(curves.seconds, 1),
-        "resumed_at_steps": curves.resumed_at,
-        "blocked_on_index_fraction": round((refresher.blocked_seconds if refresher else 0.0) / wall, 4),
-        "refreshes_skipped": refresher.skipped if refresher else 0,
-        "world_size": placement.world_size, "device": str(placement.device), "precision": placement.precision,
-        "reader_mlm": warmup_stats,
-    }
-    warning = (f"**Retrieval utility stayed below 0 from step {collapse[0]} to {collapse[1]}** (mean of "
-               f"every {window} steps): the retrieved blocks made the masked spans less likely than the "
-               "null block, the sign of a retriever collapsing onto it.\n\n" if collapse else "")
-    report = (warmup_report + warning + "### REALM pretraining: training curve\n\n"
-              + curve_markdown(curves.steps, STEP_COLUMNS) + "\n\n### held-out masked salient spans\n\n" + curve_markdown(curves.evals, EVAL_COLUMNS))
-    query_encoder.step = doc_encoder.step = base_step + config.steps
-    with cache.write() as out:
-        reader.save_pretrained(out.tmp / "reader")
-        tokenizer.save_pretrained(str(out.tmp / "reader"))
-        for name, enc in (("query_encoder", query_encoder), ("doc_encoder", doc_encoder)):
-            enc.eval()
-            enc.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
-        out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
-        out.table("pretrain_eval").write(curves.evals)
-        out.table("pretrain_heldout").write(heldout_rows)
-        plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
-                    out.file("pretrain_curves.png"), f"REALM pretraining ({config.retrieval})")
-        out.extra_manifest.update({"stats": stats, "report": report, "step": base_step + config.steps,
-                                   "example_counts": dict(counts)})
+    rows = heldout_rows(curves, data, config)
+    stats = pretrain_stats(curves, data, rows, config, masking, refresher, time.perf_counter() - t0, placement,
+                           reader_stats)
+    _publish(cache, reader, (query_encoder, doc_encoder), data, curves, rows, stats, pretrain_report(curves, stats, config, reader_report),
+             config, counts, base_step + config.steps)
     placement.barrier()
     return cache.result()

@@ -132,7 +132,7 @@ def test_gradients_reach_the_reader_and_both_retriever_encoders(setup: Setup) ->
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, exclusion="article")
     # the step's host side is labelled for torch.profiler (bench/gpu.py times it so)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        out, batch, scores, _ = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
+        out, batch, scores = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
                                            config)
     out.loss.backward()
     assert batch.block_ids[0].tolist() == [-1, 3, -1]  # own article (blocks 0-2) excluded
@@ -150,7 +150,7 @@ def test_index_relevance_uses_the_stored_vectors_and_trains_the_query_encoder(se
     assert np.array_equal(index.reconstruct(np.array([[3, -1]])), np.stack([vectors[3], np.zeros(16)])[None])
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, relevance="index",
                             exclusion="article")
-    out, batch, scores, _ = realm_forward(setup.models, [ex], IndexHandle(index, 0), setup.data, config)
+    out, batch, scores = realm_forward(setup.models, [ex], IndexHandle(index, 0), setup.data, config)
     q = setup.models.query_encoder
     with torch.no_grad():
         query = q(torch.tensor([ex.input_ids]), torch.ones(1, len(ex.input_ids), dtype=torch.long))
@@ -166,7 +166,7 @@ def test_a_null_weight_step_holds_p_null_and_trains_both_encoders(setup: Setup) 
     """`pretrain.null_weight` through the step: p(null|x) is the weight in the marginal and its
     metrics, and the retrieved blocks' ranking still trains both encoders."""
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2, null_weight=0.25)
-    out, batch, scores, _ = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
+    out, batch, scores = realm_forward(setup.models, [setup.example], IndexHandle(setup.index, 0), setup.data,
                                           config)
     assert bool(batch.block_mask[0, 1:].all())  # two blocks retrieved beside the null block
     assert float(out.log_p_z[0, 0].detach().exp()) == pytest.approx(0.25)
@@ -182,8 +182,8 @@ def test_a_null_weight_step_holds_p_null_and_trains_both_encoders(setup: Setup) 
     handle = IndexHandle(setup.index, 0)
     for relevance in ("recompute", "index"):
         unweighted = config.model_copy(update={"null_weight": None, "relevance": relevance})
-        _, paper_batch, paper_scores, _ = realm_forward(setup.models, [setup.example], handle, setup.data, unweighted)
-        _, _, fixed, _ = realm_forward(setup.models, [setup.example], handle, setup.data,
+        _, paper_batch, paper_scores = realm_forward(setup.models, [setup.example], handle, setup.data, unweighted)
+        _, _, fixed = realm_forward(setup.models, [setup.example], handle, setup.data,
                                        unweighted.model_copy(update={"null_weight": 0.25}))
         assert float(fixed[0, 0]) == 0.0 and float(paper_scores[0, 0]) != 0.0
         assert paper_batch.block_ids.tolist() == batch.block_ids.tolist()
@@ -212,8 +212,8 @@ def test_bf16_autocast_step_tracks_the_fp32_step(setup: Setup) -> None:
 
     config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, exclusion_margin=2)
     handle = IndexHandle(setup.index, 0)
-    fp32, batch32, _, _ = realm_forward(setup.models, [setup.example], handle, setup.data, config)
-    bf16, batch16, scores, _ = realm_forward(setup.models, [setup.example], handle, setup.data,
+    fp32, batch32, _ = realm_forward(setup.models, [setup.example], handle, setup.data, config)
+    bf16, batch16, scores = realm_forward(setup.models, [setup.example], handle, setup.data,
                                           config.model_copy(update={"precision": "bf16"}),
                                           Placement(torch.device("cpu"), "bf16"))
     assert batch16.block_ids.tolist() == batch32.block_ids.tolist()
