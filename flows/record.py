@@ -59,11 +59,11 @@ def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[st
 def _realm_first(pair: str, p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A paired difference "A - B" as the record states it: REALM first wherever it is one side
     (the sign and interval turned with it), so "REALM - ICT (ORQA-like)" reads as REALM's gain."""
-    from realm_core.config import SYSTEM_NAMES
+    from realm_core.openqa.systems import REALM
 
     a, b = pair.split(" - ", 1)
     entry = {"delta": p["delta"], "ci95": list(p["ci95"]), "mcnemar_p": p["mcnemar_p"]}
-    if b == SYSTEM_NAMES["realm"]:
+    if b == REALM.name:
         return f"{b} - {a}", {"delta": -entry["delta"], "ci95": [-entry["ci95"][1], -entry["ci95"][0]],
                               "mcnemar_p": entry["mcnemar_p"]}
     return pair, entry

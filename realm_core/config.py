@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from realm_core.config_tree import config_tree
 from realm_core.errors import ConfigError
+from realm_core.openqa.systems import SYSTEM_KEYS, SYSTEMS
 from realm_core.presets import PRESETS
 from realm_core.stage_config import (
     BUNDLED_ENCODER,
@@ -45,7 +46,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 __all__ = ["BLOCK_VIEWS", "PRECISION_STAGES", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",
            "EmbedConfig", "FinetuneConfig", "GainConfig", "ICTConfig", "IndexConfig", "IngestConfig", "MaskingConfig",
            "OpenQAEvalConfig", "PipelineConfig", "PretrainConfig", "QuestionSource", "QuestionsConfig",
-           "QA_SYSTEM_KEYS", "QASystemKey", "SYSTEM_NAMES", "ReaderBudget", "ReaderCopyConfig", "ReaderMlmConfig", "SpanReaderConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
+            "ReaderBudget", "ReaderCopyConfig", "ReaderMlmConfig", "SpanReaderConfig", "RetrievalEvalConfig", "RetroMAEConfig", "SourceKind", "SourceSpec",
            "SpanConfig",
            "StageConfig", "data_dir", "load_config", "resolve_data_path", "work_dir"]
 
@@ -216,18 +217,6 @@ class QuestionsConfig(StageConfig):
     sources: tuple[QuestionSource, ...] = Field(default_factory=_openqa_sources)
 
 
-# REALM Table 1's rows, the 2x2 that crosses ICT or REALM encoders with the baseline or REALM's
-# reader, and the reader of the null-only pretraining run (REALM Table 2's BERT baseline) behind
-# ICT's encoders: what retrieval during pretraining does for the reader, apart from more masked LM
-QASystemKey = Literal["none", "bm25", "ict", "realm", "ict_realm_reader", "realm_baseline_reader", "ict_null_reader"]
-QA_SYSTEM_KEYS: tuple[str, ...] = get_args(QASystemKey)
-# each system's name in reports and tables
-SYSTEM_NAMES: dict[str, str] = {
-    "none": "no retrieval", "bm25": "BM25 + reader", "ict": "ICT (ORQA-like)", "realm": "REALM",
-    "ict_realm_reader": "ICT retriever + REALM's reader", "realm_baseline_reader": "REALM's retriever + baseline reader",
-    "ict_null_reader": "ICT retriever + null-only pretrained reader"}
-
-
 class OpenQAEvalConfig(StageConfig):
     """Open-QA evaluation (REALM Table 1): exact match, full split and answerable subset."""
 
@@ -235,12 +224,19 @@ class OpenQAEvalConfig(StageConfig):
     HASHED_WHEN_SET: ClassVar[frozenset[str]] = frozenset({"precision"})
 
     datasets: tuple[str, ...] = ("nq", "wq", "ct", "squad-open")
-    systems: tuple[QASystemKey, ...] = Field(
-        ("none", "bm25", "ict", "realm"), description="Table 1 rows: none (null block only), bm25, "
-        "ict (ORQA-like), realm; and the 2x2's crossings ict_realm_reader (ICT's encoders, REALM's reader) and "
-        "realm_baseline_reader (REALM's encoders, the baseline reader); those built from REALM pretraining "
-        "are left out when pretrain.retrieval is null_only; ict_null_reader (ICT's encoders, the reader of "
-        "the same pretraining run with the null block alone: more masked LM without retrieval)")
+    systems: tuple[str, ...] = Field(
+        tuple(k.key for k in SYSTEMS if k.default_row), description="Table 1 rows, any of: " + "; ".join(
+            f"{k.key} ({k.name})" for k in SYSTEMS) + ". Those built from REALM pretraining are left out when "
+        "pretrain.retrieval is null_only")
+
+    @field_validator("systems")
+    @classmethod
+    def _known_systems(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in value if k not in SYSTEM_KEYS]
+        if unknown:
+            raise ValueError(f"system {unknown[0]!r}: expected one of {', '.join(SYSTEM_KEYS)}")
+        return value
+
     split: Literal["train", "dev", "test"] = "test"
     question_limits: dict[str, int] = Field(
         default_factory=dict, description="dataset -> first N questions evaluated (all if absent)")

@@ -17,24 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.config import QA_SYSTEM_KEYS, SYSTEM_NAMES, EmbedConfig, PipelineConfig
+from realm_core.config import EmbedConfig, PipelineConfig
 from realm_core.errors import ConfigError, CorruptArtifactError
+from realm_core.openqa.systems import BY_KEY, SYSTEMS
 from realm_core.progress import NoProgress, Progress
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
 RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)
-# the open-QA systems built from REALM pretraining's artifacts (its encoders or its reader)
-PRETRAINED_SYSTEMS = frozenset({"realm", "ict_realm_reader", "realm_baseline_reader"})
 # the first phase of fine-tuning, one gold-paragraph reader stage per reader start: the baseline
 # reader (MiniLM, or its masked-LM warm-up), REALM's pretrained reader, the null-only run's
 GOLD_STAGES = {"baseline": "gold_reader", "realm": "gold_reader_realm", "null": "gold_reader_null"}
-# each system's own upstream stages besides the blocks, the questions and the reader start: its
-# retriever's artifacts and the gold stage of its reader start (one reader start a system)
-_SYSTEM_UPSTREAM = {"none": (), "bm25": ("gold_reader",), "ict": ("ict", "gold_reader"),
-                    "realm": ("ict", "pretrain", "gold_reader_realm"),
-                    "ict_realm_reader": ("ict", "pretrain", "gold_reader_realm"),
-                    "realm_baseline_reader": ("ict", "pretrain", "gold_reader"),
-                    "ict_null_reader": ("ict", "pretrain_null", "gold_reader_null")}
 
 
 @dataclass
@@ -277,7 +269,7 @@ def _gold(start: str) -> Callable[[StageInputs], StageResult | None]:
 
 def _gold_of(key: str) -> str | None:
     """The gold stage system `key` reads after (None: the system is not fine-tuned)."""
-    return next((u for u in _SYSTEM_UPSTREAM[key] if u in GOLD_STAGES.values()), None)
+    return next((u for u in BY_KEY[key].needs if u in GOLD_STAGES.values()), None)
 
 
 def _finetuner(key: str) -> Callable[[StageInputs], StageResult]:
@@ -308,14 +300,14 @@ def qa_keys(cfg: PipelineConfig) -> list[str]:
     """The open-QA systems evaluated: `openqa_eval.systems`, those built from REALM pretraining
     only when pretraining retrieves."""
     return [k for k in dict.fromkeys(cfg.openqa_eval.systems)
-            if k not in PRETRAINED_SYSTEMS or cfg.pretrain.retrieval == "realm"]
+            if not BY_KEY[k].pretrained or cfg.pretrain.retrieval == "realm"]
 
 
 def finetune_targets(cfg: PipelineConfig, phases: tuple[str, ...] = ("gold", "open")) -> tuple[str, ...]:
     """The fine-tuning stages of the systems `openqa_eval.systems` names, in graph order: the
     gold-paragraph stages their reader starts need (phase `gold`) and each system's own
     fine-tuning (phase `open`, which needs its gold stage)."""
-    keys = [k for k in qa_keys(cfg) if k != "none"]
+    keys = [k for k in qa_keys(cfg) if BY_KEY[k].finetuned]
     names = {g for k in keys if "gold" in phases and (g := _gold_of(k))}
     names |= {f"finetune_{k}" for k in keys} if "open" in phases else set()
     return tuple(s.name for s in STAGES if s.name in names)
@@ -327,7 +319,7 @@ def _reader_start(cfg: PipelineConfig) -> tuple[str, ...]:
 
 def _qa_upstream(key: str) -> Callable[[PipelineConfig], tuple[str, ...]]:
     def upstream(cfg: PipelineConfig) -> tuple[str, ...]:
-        return ("chunk", "questions", *_reader_start(cfg), *_SYSTEM_UPSTREAM[key])
+        return ("chunk", "questions", *_reader_start(cfg), *BY_KEY[key].needs)
     return upstream
 
 
@@ -336,7 +328,7 @@ def _eval_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
     names = ["chunk", "questions", *_reader_start(cfg), "gold_reader"]  # the gold-paragraph row's reader
     for k in keys:
         names += [u for u in _qa_upstream(k)(cfg) if u not in names]
-    return (*names, *(f"finetune_{k}" for k in keys if k != "none"))
+    return (*names, *(f"finetune_{k}" for k in keys if BY_KEY[k].finetuned))
 
 
 def _reader_copy_upstream(cfg: PipelineConfig) -> tuple[str, ...]:
@@ -391,9 +383,9 @@ STAGES: tuple[Stage, ...] = (
           _after("questions", "pretrain"), _gold("realm"), flow="finetune-openqa"),
     Stage("gold_reader_null", "gold-paragraph reader, from the null-only run's reader", ("finetune",),
           _after("questions", "pretrain_null"), _gold("null"), flow="finetune-openqa"),
-    *(Stage(f"finetune_{k}", f"fine-tuned {SYSTEM_NAMES[k]}", ("finetune", "embed"), _qa_upstream(k), _finetuner(k), distributed=True,
-            flow="finetune-openqa")
-      for k in QA_SYSTEM_KEYS if k != "none"),
+    *(Stage(f"finetune_{s.key}", f"fine-tuned {s.name}", ("finetune", "embed"), _qa_upstream(s.key),
+            _finetuner(s.key), distributed=True, flow="finetune-openqa")
+      for s in SYSTEMS if s.finetuned),
     Stage("openqa_eval", "open-QA evaluation", ("openqa_eval", "finetune", "embed"), _eval_upstream, _openqa_eval,
           flow="evaluate-openqa"),
 )

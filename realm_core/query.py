@@ -20,7 +20,7 @@ from typing import Any
 
 from realm_core.artifacts import ArtifactRef
 from realm_core.cache import existing_artifacts_only
-from realm_core.config import QA_SYSTEM_KEYS, PipelineConfig
+from realm_core.config import PipelineConfig
 from realm_core.errors import MissingArtifactError, QueryError
 from realm_core.graph import (
     GOLD_STAGES,
@@ -35,14 +35,22 @@ from realm_core.graph import (
 )
 from realm_core.openqa.predict import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
+from realm_core.openqa.systems import ASKABLE, DEFAULT_ASK, SYSTEM_NAMES, SYSTEMS
 from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, KnowledgeVersion
-from realm_core.retrieval.retrievers import RETRIEVERS, CurrentIndex, Retriever, Sources
+from realm_core.retrieval.retrievers import (
+    BM25,
+    RETRIEVERS,
+    CurrentIndex,
+    Dense,
+    Retriever,
+    Sources,
+)
 
 # what `realm search --retriever NAME` searches with: a retriever of the registry, and the
 # open-QA system whose encoders (and their block embeddings) it uses, where it needs them
-SEARCHERS: dict[str, tuple[str, str | None]] = {"index": ("index", None), "bm25": ("bm25", None),
-                                                "ict": ("dense", "ict"), "realm": ("dense", "realm")}
-ASKABLE = tuple(k for k in QA_SYSTEM_KEYS if k != "none")
+SEARCHERS: dict[str, tuple[str, str | None]] = {
+    "index": ("index", None), BM25.name: (BM25.name, None),
+    **{s.key: (Dense.name, s.key) for s in SYSTEMS if s.searcher}}
 
 
 @dataclass
@@ -380,8 +388,6 @@ class QueryEngine(Answerer):
     def default_system(self) -> tuple[str, str]:
         """(system key, why): the best system by SQuAD-open dev EM in the newest evaluation, or
         BM25 + reader when none exists."""
-        from realm_core.config import SYSTEM_NAMES
-
         newest = self._newest_evaluation()
         if newest is not None:
             by_name = {v: k for k, v in SYSTEM_NAMES.items()}
@@ -391,7 +397,7 @@ class QueryEngine(Answerer):
                 best = max(scores, key=lambda k: scores[k])
                 return best, (f"{SYSTEM_NAMES[best]}: the best by dev EM ({100 * scores[best]:.1f}) in the newest "
                               f"evaluation, {newest['path']}")
-        return "bm25", "BM25 + reader: no open-QA evaluation in this artifact root yet"
+        return DEFAULT_ASK.key, f"{DEFAULT_ASK.name}: no open-QA evaluation in this artifact root yet"
 
     def _newest_evaluation(self) -> dict[str, Any] | None:
         """The newest open-QA evaluation in the store. Each manifest is read once per version (a

@@ -230,7 +230,9 @@ class BundleEngine(Answerer):
         super().__init__(cfg if query is None else cfg.model_copy(update={"query": query}),
                          KnowledgeCorpus(self.path / "knowledge"))
         key, dense = self.manifest["system"], self.manifest["doc_encoder_hash"] is not None
-        self.searchers = {"index": ("dense", key) if dense else ("bm25", None), "bm25": ("bm25", None)}
+        from realm_core.retrieval.retrievers import BM25, Dense
+
+        self.searchers = {"index": (Dense.name, key) if dense else (BM25.name, None), BM25.name: (BM25.name, None)}
 
     def _tokenizer_source(self) -> str:
         return str(self.path / "reader")

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from flows.cli.common import ConfigFile, Overrides, Preset, Root, app, errors, out, resolver
+from realm_core.openqa.systems import DEFAULT_ASK, choices
 
 Kind = Annotated[str, typer.Option(help="the files' format: jsonl (one {id, title, text} a line), wikipedia "
                                         "(.xml/.xml.bz2 dump), squad, dpr_json or dpr_tsv")]
@@ -98,8 +99,7 @@ def knowledge(action: Annotated[str, typer.Argument(help="list, or rollback")] =
 
 @app.command()
 def export(dest: Annotated[Path, typer.Argument(help="the folder to write (it must not exist)")],
-           system: Annotated[str, typer.Option(help="the fine-tuned system: bm25, ict, realm, ict_realm_reader, "
-                                                    "realm_baseline_reader or ict_null_reader")] = "bm25",
+           system: Annotated[str, typer.Option(help=f"the fine-tuned system: {choices()}")] = DEFAULT_ASK.key,
            force: Annotated[bool, typer.Option("--force", help="replace the folder if it exists")] = False,
            preset: Preset = "demo", config: ConfigFile = None, overrides: Overrides = None,
            root: Root = None) -> None:

@@ -25,22 +25,21 @@ from flows.cli.common import (
     resolver,
     write_json,
 )
+from realm_core.openqa.systems import SYSTEMS
 
 if TYPE_CHECKING:
     from realm_core.artifacts import Artifact
     from realm_core.graph import StageRun
 
 Systems = Annotated[list[str] | None, typer.Option(
-    "--system", help="none (null block only), bm25, ict (ORQA-like), realm; the 2x2's crossings "
-                     "ict_realm_reader (ICT's encoders, REALM's reader) and realm_baseline_reader (REALM's "
-                     "encoders, the baseline reader); ict_null_reader (ICT's encoders, the reader of the "
-                     "null-only pretraining run); repeatable [default: openqa_eval.systems: none, bm25, ict, realm]")]
+    "--system", help="; ".join(f"{s.key} ({s.name})" for s in SYSTEMS) + "; repeatable [default: "
+                     "openqa_eval.systems: " + ", ".join(s.key for s in SYSTEMS if s.default_row) + "]")]
 
 
 def system_overrides(overrides: list[str] | None, systems: list[str] | None) -> list[str]:
     """--set items plus --system as openqa_eval.systems (an unknown name is an error naming the
     known ones)."""
-    from realm_core.openqa.finetune_stage import check_system_keys
+    from realm_core.openqa.systems import check_system_keys
 
     if not systems:
         return list(overrides or [])
@@ -106,7 +105,7 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         stages = resolver(preset, config, system_overrides(overrides, system), root,
                           force=["openqa_eval"] if force else [])
         run = stages.run("openqa_eval")
-        from realm_core.config import SYSTEM_NAMES
+        from realm_core.openqa.systems import SYSTEM_NAMES
 
         for name, upstream in stages.runs.items():
             if name.startswith("finetune_"):

@@ -23,6 +23,7 @@ from flows.cli.common import (
     write_output,
 )
 from realm_core.errors import InputError, RealmError, parse_json, unreadable_input
+from realm_core.openqa.systems import DEFAULT_ASK, choices
 
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
 SystemDir = Annotated[Path | None, typer.Option(
@@ -155,8 +156,8 @@ def questions_summary(rows: list[dict[str, Any]], why: str, out_file: Path) -> s
 @app.command()
 def ask(question: Annotated[str | None, typer.Argument(help="the question")] = None,
         system: Annotated[str | None, typer.Option(
-            help="bm25, ict, realm, ict_realm_reader, realm_baseline_reader or ict_null_reader [default: the best by "
-                 "SQuAD-open dev EM in the newest evaluation, else bm25]")] = None,
+            help=f"{choices()} [default: the best by SQuAD-open dev EM in the newest evaluation, else "
+                 f"{DEFAULT_ASK.key}]")] = None,
         questions: Annotated[Path | None, typer.Option(
             "--questions", help="many questions: one per line, or JSONL with 'question' and optionally "
                                 "'answers' (a string or a list of strings)")] = None,
@@ -171,7 +172,7 @@ def ask(question: Annotated[str | None, typer.Argument(help="the question")] = N
     with errors():
         _single_or_batch(question, questions, out_file, "question")
         engine = engine_for(system_dir, preset, config, overrides, root)
-        from realm_core.config import SYSTEM_NAMES
+        from realm_core.openqa.systems import SYSTEM_NAMES
 
         key, why = (system, f"{SYSTEM_NAMES.get(system, system)}, asked for with --system {system}") if system \
             else engine.default_system()

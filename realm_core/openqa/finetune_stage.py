@@ -40,8 +40,6 @@ from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResu
 from realm_core.cache import CachedStage, code_version
 from realm_core.config import (
     BUNDLED_ENCODER,
-    QA_SYSTEM_KEYS,
-    SYSTEM_NAMES,
     EmbedConfig,
     FinetuneConfig,
     PretrainConfig,
@@ -52,6 +50,7 @@ from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, train_reader
 from realm_core.openqa.predict import QAModels
 from realm_core.openqa.reading import BlockStore, QAQuestion
+from realm_core.openqa.systems import SYSTEMS
 from realm_core.progress import Progress
 from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources
 
@@ -68,7 +67,7 @@ NOTE_SMALL_CORPUS = ("NQ, WebQuestions and CuratedTREC were written against all 
 
 @dataclass(frozen=True)
 class QASystem:
-    key: str                             # none | bm25 | ict | realm (CLI and flow parameter)
+    key: str                             # the registry's (realm_core.openqa.systems)
     name: str
     retrieval: Literal["dense", "bm25", "none"]
     reader: str                          # BERT directory the span reader starts from
@@ -96,36 +95,23 @@ class QASystem:
 
 
 
-def check_system_keys(keys: list[str]) -> list[str]:
-    bad = [k for k in keys if k not in QA_SYSTEM_KEYS]
-    if bad:
-        raise ConfigError(f"system {bad[0]!r}: expected one of {', '.join(QA_SYSTEM_KEYS)}")
-    return keys
-
-
 def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed: EmbedConfig,
                encoder: str = BUNDLED_ENCODER, null_ref: ArtifactRef | None = None) -> list[QASystem]:
-    """The Table 1 rows that the given artifacts allow, in order of expected strength; `encoder`
-    is the baseline reader (see the module docstring), `null_ref` the null-only pretraining run."""
-    systems = [QASystem("none", SYSTEM_NAMES["none"], "none", encoder,
-                        note="extractive reader, no block: nothing to extract"),
-               QASystem("bm25", SYSTEM_NAMES["bm25"], "bm25", encoder)]
-    if ict_ref is not None:
-        systems.append(QASystem("ict", SYSTEM_NAMES["ict"], "dense", encoder, f"{ict_ref.path}/query_encoder",
-                                embed.model_copy(update={"doc_encoder": f"{ict_ref.path}/doc_encoder"})))
-    if realm_ref is not None:
-        realm_reader = f"{realm_ref.path}/reader"
-        encoders = {"ict": ict_ref, "realm": realm_ref}
-        for key, retriever, reader in (("realm", "realm", realm_reader), ("ict_realm_reader", "ict", realm_reader),
-                                       ("realm_baseline_reader", "realm", encoder)):
-            ref = encoders[retriever]
-            if ref is not None:
-                systems.append(QASystem(key, SYSTEM_NAMES[key], "dense", reader, f"{ref.path}/query_encoder",
-                                        embed.model_copy(update={"doc_encoder": f"{ref.path}/doc_encoder"})))
-    if ict_ref is not None and null_ref is not None:
-        systems.append(QASystem("ict_null_reader", SYSTEM_NAMES["ict_null_reader"], "dense", f"{null_ref.path}/reader",
-                                f"{ict_ref.path}/query_encoder",
-                                embed.model_copy(update={"doc_encoder": f"{ict_ref.path}/doc_encoder"})))
+    """The systems of the registry (`realm_core.openqa.systems`) that the given artifacts allow,
+    in its order; `encoder` is the baseline reader (see the module docstring), `realm_ref` REALM
+    pretraining's artifact, `null_ref` the null-only pretraining run's."""
+    encoders = {"ict": ict_ref, "pretrain": realm_ref}
+    readers = {"baseline": encoder, "realm": f"{realm_ref.path}/reader" if realm_ref else None,
+               "null": f"{null_ref.path}/reader" if null_ref else None}
+    systems = []
+    for kind in SYSTEMS:
+        reader = readers[kind.reader]
+        ref = encoders[kind.encoders] if kind.encoders else None
+        if reader is None or (kind.encoders is not None and ref is None):
+            continue
+        query = f"{ref.path}/query_encoder" if ref else None
+        docs = embed.model_copy(update={"doc_encoder": f"{ref.path}/doc_encoder"}) if ref else None
+        systems.append(QASystem(kind.key, kind.name, kind.retrieval, reader, query, docs, kind.note))
     return systems
 
 

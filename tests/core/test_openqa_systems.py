@@ -1,12 +1,19 @@
 """The open-QA systems of REALM Table 1 and the 2x2 that separates what REALM pretraining does
 for the retriever from what it does for the reader: built from refs alone, no model loaded."""
 
+import ast
+import re
 from pathlib import Path
 
+import pytest
+
 from realm_core.artifacts import ArtifactRef
-from realm_core.config import load_config
-from realm_core.graph import closure, null_only, qa_keys, stage
+from realm_core.config import OpenQAEvalConfig, load_config
+from realm_core.errors import ConfigError
+from realm_core.graph import STAGES, closure, null_only, qa_keys, stage
 from realm_core.openqa.finetune_stage import qa_systems
+from realm_core.openqa.systems import ASKABLE, SYSTEM_KEYS, SYSTEMS
+from realm_core.query import SEARCHERS
 
 
 def test_the_2x2_crosses_encoders_and_reader_starts() -> None:
@@ -77,3 +84,49 @@ def test_a_systems_cache_key_holds_its_encoders_content_not_their_paths(tmp_path
     assert a.hashes()["doc_encoder"] != b.hashes()["doc_encoder"]
     longer = a.doc_embed.model_copy(update={"max_length": a.doc_embed.max_length + 1})
     assert longer.config_hash() != a.doc_embed.config_hash()
+
+
+def _string_constants(path: Path) -> list[str]:
+    """Every string literal of `path` but docstrings (prose may name a system)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings]
+
+
+def test_each_system_is_declared_once_and_everything_else_reads_the_registry() -> None:
+    """A system's key is a string literal only in realm_core/openqa/systems.py across realm_core,
+    flows and tasks: the keys that are nothing but system keys (the crossings) are searched for,
+    whole word, in every string of the product but docstrings, and every display name of more
+    than one word as a whole string; the keys shared with stage or retriever names (ict, realm, bm25, none) are checked
+    where systems are listed: config defaults, stages, fine-tuning, searchers, `realm ask`."""
+    root = Path(__file__).resolve().parents[2]
+    registry = root / "realm_core" / "openqa" / "systems.py"
+    keys = [s.key for s in SYSTEMS if "_" in s.key]
+    names = {s.name for s in SYSTEMS if " " in s.name}  # "REALM" alone also names the pretraining run
+    found: dict[str, list[str]] = {}
+    for package in ("realm_core", "flows", "tasks"):
+        for path in (root / package).rglob("*.py"):
+            if path == registry:
+                continue
+            for text in _string_constants(path):
+                hits = [k for k in keys if re.search(rf"(?<!\w){re.escape(k)}(?!\w)", text)]
+                hits += [text] if text in names else []
+                for hit in hits:
+                    found.setdefault(hit, []).append(str(path.relative_to(root)))
+    assert found == {}, f"system keys or names written outside the registry: {found}"
+    # where systems are listed, the list is the registry's
+    cfg = load_config("tiny")
+    assert OpenQAEvalConfig.model_fields["systems"].default == tuple(
+        s.key for s in SYSTEMS if s.default_row)
+    assert [s.name for s in STAGES if s.name.startswith("finetune_")] == [f"finetune_{s.key}" for s in SYSTEMS
+                                                                         if s.finetuned]
+    refs = (ArtifactRef("retriever", "/i", "h1"), ArtifactRef("realm_model", "/r", "h2"))
+    assert [s.key for s in qa_systems(*refs, cfg.embed, "bundled:base", ArtifactRef("realm_model", "/n", "h3"))
+            ] == list(SYSTEM_KEYS)
+    assert {k: v for k, v in SEARCHERS.items() if v[1]} == {s.key: ("dense", s.key) for s in SYSTEMS if s.searcher}
+    assert ASKABLE == tuple(s.key for s in SYSTEMS if s.retrieval != "none")
+    with pytest.raises(ConfigError, match="expected one of"):
+        load_config("tiny", overrides=["openqa_eval.systems=[bm25, orqa]"])
