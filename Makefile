@@ -87,7 +87,7 @@ stop:
 	bash flows/serve.sh stop
 
 # Every product benchmark (about an hour on 2 cores; docs/benchmarks.md), then the generated
-# tables of README and docs/ from bench/results/*.json.
+# tables of README and docs/ from bench/results/*.json and experiments/results/*.json.
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/spans.py
@@ -107,7 +107,7 @@ scaling-table: $(STAMP)
 	$(BIN)/python bench/projection.py
 	$(BIN)/python bench/readme_tables.py
 
-# --- experiments (experiments/, one page each under docs/experiments/, results in bench/results) ---
+# --- experiments (experiments/, one page each under docs/experiments/, results in experiments/results) ---
 
 # REALM's mechanism where the answer is known (docs/experiments/realm-mechanism.md). Extra
 # arguments go to the script, e.g. MECHANISM_ARGS='--set pretrain.steps=2000'.
@@ -144,8 +144,8 @@ realm-table: $(STAMP)
 
 # REALM Table 1 on the demo corpus (docs/experiments/table-1.md): every system with the same
 # budgets, evaluated in one run with paired intervals. OPENQA_JSON names the results file; the
-# committed bench/results/openqa.json is the fp32 run (PRECISION=fp32).
-OPENQA_JSON ?= bench/results/openqa.json
+# committed experiments/results/openqa.json is the fp32 run (PRECISION=fp32).
+OPENQA_JSON ?= experiments/results/openqa.json
 openqa-table: $(STAMP)
 	$(BIN)/realm evaluate --preset demo --config experiments/configs/openqa_table.yaml $(PRECISION_SET) --json $(OPENQA_JSON)
 	$(BIN)/python bench/readme_tables.py

@@ -9,12 +9,14 @@ bundled encoder installed beside its torch), in this order, each timed:
 3. bench/gpu.py (embedding and REALM-step throughput against their peers) on the gpu preset's
    corpus, exported from the same store, to <out>/gpu.json.
 
-Each step is skipped once its result file exists in <out>, so a session cut short runs again
+<out> is --out, else bench/results (experiments/results for the mechanism). Each step is skipped
+once its result file exists, so a session cut short runs again
 from where it stopped (the stages also resume from their checkpoints). `--set` cuts the
 budgets: `make test` runs this file on the CPU with the tiny preset's corpus and a few steps,
 the same code path.
 
-    PYTHONPATH=. python bench/gpu_run.py                    # on the GPU machine: bench/results
+    PYTHONPATH=. python bench/gpu_run.py             # bench/results and experiments/results
+    PYTHONPATH=. python bench/gpu_run.py --out $OUT  # all three in one folder
     PYTHONPATH=. python bench/gpu_run.py --preset tiny --set ... --mechanism-args "..." --out /tmp/x
 """
 
@@ -46,7 +48,7 @@ def device() -> dict[str, Any]:
             "torch": torch.__version__, "host": platform.node()}
 
 
-def pretraining_pair(preset: str, overrides: list[str], out: Path) -> dict[str, Any]:
+def pretraining_pair(preset: str, overrides: list[str]) -> dict[str, Any]:
     """Step 1: the gain pair through the graph, each stage's seconds, the comparison's stats."""
     import logging
 
@@ -75,25 +77,30 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value for the pair")
     ap.add_argument("--mechanism-args", default=MECHANISM_GPU, help="arguments of experiments/realm_mechanism.py")
     ap.add_argument("--bench-args", default="", help="arguments of bench/gpu.py's measurement (e.g. --max-blocks 64)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the three results go")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="one folder for the three results (on a lent machine, $OUT); default: the repository's, "
+                         "gpu_pair.json and gpu.json in bench/results, realm_mechanism_gpu.json in experiments/results")
     args = ap.parse_args()
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    args.out.mkdir(parents=True, exist_ok=True)
+    product, lab = ((args.out, args.out) if args.out is not None
+                    else (ROOT / "bench" / "results", ROOT / "experiments" / "results"))
+    for folder in (product, lab):
+        folder.mkdir(parents=True, exist_ok=True)
     # the lab's modules (bench/, experiments/) import each other as `make venv`'s realm-lab.pth lets
     # them; a machine set up from the carried wheels alone has no such file
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench"), str(ROOT / "experiments"),
                                                         os.environ.get("PYTHONPATH", "")])}
     t0 = time.perf_counter()
 
-    pair = args.out / "gpu_pair.json"
+    pair = product / "gpu_pair.json"
     if not pair.is_file():
-        result = pretraining_pair(args.preset, args.overrides, args.out)
+        result = pretraining_pair(args.preset, args.overrides)
         pair.write_text(json.dumps(result, indent=2) + "\n")
     print(f"pretraining pair: {pair} ({time.perf_counter() - t0:.0f} s so far)", flush=True)
 
-    mechanism = args.out / "realm_mechanism_gpu.json"
+    mechanism = lab / "realm_mechanism_gpu.json"
     if not mechanism.is_file():
         run = subprocess.run([sys.executable, str(ROOT / "experiments" / "realm_mechanism.py"),
                               *shlex.split(args.mechanism_args), "--out", str(mechanism)], env=env)
@@ -101,9 +108,9 @@ def main() -> None:
             raise SystemExit(f"error: experiments/realm_mechanism.py exited {run.returncode}")
     print(f"mechanism: {mechanism} ({time.perf_counter() - t0:.0f} s so far)", flush=True)
 
-    throughput = args.out / "gpu.json"
+    throughput = product / "gpu.json"
     if not throughput.is_file():
-        inputs = args.out / ".gpu-inputs"
+        inputs = product / ".gpu-inputs"
         export = [sys.executable, str(ROOT / "bench" / "gpu.py"), "--export", str(inputs), "--export-preset",
                   args.preset, *[a for s in args.overrides for a in ("--set", s)]]
         measure = [sys.executable, str(ROOT / "bench" / "gpu.py"), "--inputs", str(inputs), "--out", str(throughput),

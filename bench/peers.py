@@ -10,11 +10,11 @@ from typing import Any, NoReturn
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
-    """bench/results/<name>.json, the numbers README's tables are rendered from."""
-    out = RESULTS / f"{name}.json"
+def write_result(name: str, result: dict[str, Any], folder: Path | None = None) -> Path:
+    """<folder>/<name>.json (default bench/results), the numbers the pages' tables are rendered from."""
+    out = (folder or RESULTS) / f"{name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(RESULTS.parents[1])}")
+    print(f"wrote {out}")
     return out
 
 

@@ -4,7 +4,7 @@ how many of those an evaluation answered: the numbers behind `finetune.max_span_
 A question is out of reach at limit L when its shortest answer is longer than L wordpieces
 (the chunk tokenizer's, which the reader shares).
 
-    .venv/bin/python experiments/answer_lengths.py --eval bench/results/openqa_bm25_2ep.json
+    .venv/bin/python experiments/answer_lengths.py --eval experiments/results/openqa_bm25_2ep.json
 """
 
 from __future__ import annotations
@@ -18,24 +18,24 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from peers import write_result
+from lab import config_arguments, config_from, write_result
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
-from realm_core.config import load_config, work_dir
+from realm_core.config import work_dir
 from realm_core.graph import Resolver
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="demo")
+    config_arguments(ap)
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--limits", type=int, nargs="+", default=[10, 20])
     ap.add_argument("--eval", type=Path, default=None,
                     help="a `realm evaluate --json` file: count its correct answers among the test "
                          "questions out of reach at the smallest limit")
     args = ap.parse_args()
-    cfg = load_config(args.preset)
+    cfg = config_from(args)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     questions = store.open(Resolver(cfg, store).ref("questions")).read_table("questions").to_pylist()
     tokenizer = load_tokenizer(cfg.chunk.encoder)

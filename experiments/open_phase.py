@@ -1,7 +1,7 @@
 """The open-domain phase experiment (docs/experiments/open-phase.md): every run listed in
 experiments/configs/open_phase.yaml through `realm evaluate` (each through the artifact cache, so
 a second invocation recomputes nothing that finished), then every pairing of two runs on the same
-test questions (experiments/paired_runs.py) into bench/results/, then the page's table.
+test questions (experiments/paired_runs.py) into experiments/results/, then the page's table.
 
     .venv/bin/python experiments/open_phase.py                      # every run and pairing
     .venv/bin/python experiments/open_phase.py --only ict --only ict_open --set precision=fp32

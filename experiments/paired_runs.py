@@ -3,8 +3,8 @@ reader starts): per system, run A minus run B on the same questions, with a 95% 
 interval and McNemar's exact p, from the two runs' `openqa_predictions` tables; each run's own
 figures are copied beside them.
 
-    .venv/bin/python experiments/paired_runs.py bench/results/openqa_bm25.json \\
-        bench/results/openqa_bm25_warmup.json --name openqa_reader_start
+    .venv/bin/python experiments/paired_runs.py experiments/results/openqa_bm25.json \\
+        experiments/results/openqa_bm25_warmup.json --name openqa_reader_start
 
 A side is a `realm evaluate --json` file (each question's outcome read from the file where it
 keeps them, else from the predictions of the artifact it names) or side a or b of an earlier
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from peers import fail, write_result
+from lab import write_result
+from peers import fail
 
 from realm_core.errors import RealmError
 from realm_core.openqa import outcomes
@@ -73,7 +74,7 @@ def _decode(kept: dict[str, Any], where: str) -> Outcomes:
 
 def pair(a_arg: str, b_arg: str, dataset: str, name: str) -> dict[str, Any]:
     """Run A minus run B per system on `dataset`'s shared questions, written to
-    bench/results/<name>.json (both sides' figures and outcomes kept); returns the result."""
+    experiments/results/<name>.json (both sides' figures and outcomes kept); returns the result."""
     (run_a, a), (run_b, b) = (load_side(arg, dataset) for arg in (a_arg, b_arg))
     rows = {}
     for system in sorted(set(a) & set(b)):
@@ -96,7 +97,7 @@ def main() -> None:
     ap.add_argument("b", help="the same, for the side subtracted")
     ap.add_argument("--dataset", default="squad-open",
                     help="the dataset whose questions are paired (default: squad-open; also nq, wq, ct)")
-    ap.add_argument("--name", required=True, help="bench/results/<name>.json")
+    ap.add_argument("--name", required=True, help="experiments/results/<name>.json")
     args = ap.parse_args()
     pair(args.a, args.b, args.dataset, args.name)
 

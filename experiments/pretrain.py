@@ -33,10 +33,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 from ablations import table2
-from peers import write_result
+from lab import config_arguments, config_from, write_result
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import PipelineConfig, load_config, work_dir
+from realm_core.config import PipelineConfig, work_dir
 from realm_core.curves import plot_curves
 from realm_core.graph import Resolver
 from realm_core.pretrain.heldout import article_bootstrap
@@ -132,15 +132,13 @@ def curves(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="demo")
-    ap.add_argument("--root", default=None)
-    ap.add_argument("--config", default=None, help="a YAML file over the preset (e.g. a larger GPU budget)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
+    config_arguments(ap)
+    ap.add_argument("--root", default=None, help="artifact store (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--table", action="store_true",
                     help="every REALM Table 2 row (experiments/ablations.py), not just REALM and null-only")
-    ap.add_argument("--name", default="pretrain", help="bench/results/<name>.json")
+    ap.add_argument("--name", default="pretrain", help="experiments/results/<name>.json")
     args = ap.parse_args()
-    cfg = load_config(args.preset, args.config, args.overrides)
+    cfg = config_from(args)
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -151,7 +149,7 @@ def main() -> None:
     realm_ref = None
     for i, name in enumerate(names, 1):
         log.info("row %d of %d: %s %s", i, len(names), name, " ".join(rows[name]) or "(the preset)")
-        variant = load_config(args.preset, args.config, [*args.overrides, *rows[name]])
+        variant = config_from(args, *rows[name])
         # through the cache: upstream stages (ICT, index, reader warm-up) are shared by the rows
         result = Resolver(variant, store, progress=progress).run("pretrain")
         assert result.ref is not None

@@ -22,12 +22,12 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from peers import write_result
+from lab import config_arguments, config_from, write_result
 
 from realm_core.answers import has_answer, token_string
 from realm_core.artifacts import ArtifactStore
 from realm_core.cache import existing_artifacts_only
-from realm_core.config import load_config, work_dir
+from realm_core.config import work_dir
 from realm_core.graph import Resolver
 from realm_core.openqa.finetune_stage import GOLD_SYSTEM
 
@@ -57,13 +57,13 @@ def classify(gold: dict[str, dict[str, Any]], system: dict[str, dict[str, Any]],
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("eval", type=Path, help="a `realm evaluate --json` file with the gold paragraph reader")
-    ap.add_argument("--preset", default="demo")
+    config_arguments(ap)
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
-    ap.add_argument("--name", default="reader_errors", help="bench/results/<name>.json")
+    ap.add_argument("--name", default="reader_errors", help="experiments/results/<name>.json")
     args = ap.parse_args()
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     with existing_artifacts_only():
-        blocks = store.open(Resolver(load_config(args.preset), store).ref("chunk"), kind="blocks")
+        blocks = store.open(Resolver(config_from(args), store).ref("chunk"), kind="blocks")
     texts = blocks.read_table("blocks", ["text"]).column("text").to_pylist()
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for r in pq.read_table(Path(json.loads(args.eval.read_text())["artifact"]) / "openqa_predictions").to_pylist():

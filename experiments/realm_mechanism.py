@@ -34,8 +34,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from peers import write_result
+from lab import write_result
 
+from flows.settings import PARAMETER_DOCS
 from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig, load_config, work_dir
 from realm_core.graph import Resolver
@@ -225,14 +226,14 @@ def main() -> None:
     ap.add_argument("--distractors", type=int, default=400, help="spanless documents that share name pieces")
     ap.add_argument("--seed", type=int, default=0, help="the corpus's seed")
     ap.add_argument("--root", default=None, help="store and corpus folder (default: $REALM_WORK_DIR/mechanism)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help=PARAMETER_DOCS["overrides"])
     ap.add_argument("--copy-steps", type=int, default=0,
                     help="start every system from the warm-up reader copy-trained this many steps on the gold "
                          "blocks (0: from the warm-up reader, as REALM does)")
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help=f"which pretraining runs, REALM first (default: all of {', '.join(SYSTEMS)}); the oracle "
                          "block and the REALM reader without retrieval are always measured")
-    ap.add_argument("--name", default="realm_mechanism", help="bench/results/<name>.json")
+    ap.add_argument("--name", default="realm_mechanism", help="experiments/results/<name>.json")
     ap.add_argument("--out", type=Path, default=None, help="write the result here instead (bench/gpu_run.py)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")

@@ -48,11 +48,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 from ablations import table2
-from peers import fail, logged, write_result
+from lab import config_arguments, config_from, write_result
+from peers import fail, logged
 
 from realm_core.artifacts import ArtifactStore
 from realm_core.cache import existing_artifacts_only
-from realm_core.config import load_config, work_dir
+from realm_core.config import work_dir
 from realm_core.errors import MissingArtifactError
 from realm_core.graph import Resolver
 from realm_core.pretrain.heldout import article_bootstrap
@@ -97,13 +98,11 @@ def curve_windows(steps: list[dict[str, Any]], evals: list[dict[str, Any]], wind
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="demo")
+    config_arguments(ap)
     ap.add_argument("--root", default=None, help="artifact store (default: $REALM_WORK_DIR/artifacts)")
-    ap.add_argument("--config", default=None, help="the YAML file the runs were trained with")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="stage.field=value, repeatable")
     ap.add_argument("--eval-examples", type=int, default=500,
                     help="held-out examples scored with retrieval against the null block alone (0: skip)")
-    ap.add_argument("--name", default="realm_reading", help="bench/results/<name>.json")
+    ap.add_argument("--name", default="realm_reading", help="experiments/results/<name>.json")
     ap.add_argument("--curve-window", type=int, default=50,
                     help="steps averaged per row of a pretraining run's training curve")
     args = ap.parse_args()
@@ -129,7 +128,7 @@ def main() -> None:
     t0 = time.perf_counter()
     root = Path(args.root) if args.root else work_dir() / "artifacts"
     store = ArtifactStore(root)
-    cfg = load_config(args.preset, args.config, args.overrides)
+    cfg = config_from(args)
     p = cfg.pretrain
     if p.warm_start == "none":
         fail("the oracle block is the warm-started retriever's pick; pretrain.warm_start is none")
@@ -143,7 +142,7 @@ def main() -> None:
     runs: dict[str, Any] = {}
     with existing_artifacts_only():  # never train a pretraining run here
         for name, extra in list(table2(cfg).items())[:2]:  # REALM, null only
-            variant = load_config(args.preset, args.config, [*args.overrides, *extra])
+            variant = config_from(args, *extra)
             try:
                 trained = Resolver(variant, store).run("pretrain")
             except MissingArtifactError:

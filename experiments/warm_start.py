@@ -22,10 +22,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from peers import write_result
+from lab import config_arguments, config_from, write_result
 
 from realm_core.artifacts import ArtifactRef, ArtifactStore
-from realm_core.config import PipelineConfig, load_config, work_dir
+from realm_core.config import PipelineConfig, work_dir
 from realm_core.graph import Resolver
 from realm_core.progress import NoProgress
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
@@ -63,16 +63,13 @@ def openqa_em(store: ArtifactStore, cfg: PipelineConfig, blocks: ArtifactRef, sp
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="demo")
-    ap.add_argument("--config", default="experiments/configs/warm_start.yaml",
-                    help="YAML over the preset (default: the research budgets this table was measured at)")
+    config_arguments(ap, config="experiments/configs/warm_start.yaml")  # the budgets this table was measured at
     ap.add_argument("--root", default=None, help="artifact root (default: $REALM_WORK_DIR/artifacts)")
     ap.add_argument("--openqa", action="store_true", help="also REALM-pretrain and fine-tune from each warm start")
     ap.add_argument("--steps", type=int, default=None,
                     help="train every warm start (ICT included) for this many steps instead of the preset's")
     args = ap.parse_args()
-    cfg = load_config(args.preset, args.config, [f"{s}.steps={args.steps}" for s in ("ict", "retromae")]
-                      if args.steps else ())
+    cfg = config_from(args, *([f"{s}.steps={args.steps}" for s in ("ict", "retromae")] if args.steps else []))
     store = ArtifactStore(args.root or work_dir() / "artifacts")
     t0 = time.perf_counter()
     stages = Resolver(cfg, store)

@@ -1,5 +1,6 @@
 """Every generated block in README.md and docs/ is what bench/readme_tables.py renders from
-bench/results now: a result file changed without the pages rendered again fails here."""
+bench/results and experiments/results now: a result file changed without the pages rendered
+again fails here."""
 
 from __future__ import annotations
 
@@ -29,8 +30,19 @@ def test_a_stale_block_is_found() -> None:
 def test_every_generated_block_has_its_results_file() -> None:
     """A page's block whose results file was deleted would stay as it is (render_page leaves it):
     every block a page holds must name a file that exists."""
-    missing = [f"{page.relative_to(BENCH.parent)}: bench:{name} needs bench/results/{readme_tables.SOURCES.get(name, name)}.json"
+    missing = [f"{page.relative_to(BENCH.parent)}: bench:{name} needs {readme_tables.result_path(name)}"
                for page in readme_tables.pages() for name in readme_tables.TABLES
-               if f"<!-- bench:{name} " in page.read_text()
-               and not (readme_tables.RESULTS / f"{readme_tables.SOURCES.get(name, name)}.json").is_file()]
+               if f"<!-- bench:{name} " in page.read_text() and not readme_tables.result_path(name).is_file()]
     assert not missing, "\n".join(missing)
+
+
+def test_results_live_with_what_makes_them() -> None:
+    """bench/results holds the product benchmarks' results only (at most 30 files); every other
+    results file is an experiment's, under experiments/results, and some page renders it."""
+    import bench_tables
+    import lab_tables
+
+    product = sorted(p.name for p in bench_tables.RESULTS.iterdir())
+    assert len(product) <= 30, product
+    lab_names = {name for name, (folder, *_) in readme_tables.TABLES.items() if folder == lab_tables.RESULTS}
+    assert not any(p.removesuffix(".json") in lab_names for p in product), "an experiment's result in bench/results"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lab_tables as readme_tables
 import open_phase
 import pytest
-import readme_tables
 import yaml
 
 

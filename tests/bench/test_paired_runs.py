@@ -10,12 +10,12 @@ import shutil
 import sys
 from pathlib import Path
 
+import lab
+import lab_tables as readme_tables
 import paired_runs
-import peers
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import readme_tables
 
 SYSTEM = "ICT (ORQA-like)"
 
@@ -45,7 +45,7 @@ def _run(root: Path, name: str, block_length: int, correct: list[bool], phase_st
 def test_paired_runs_keeps_the_warm_start_config_and_pairs_on_a_known_table(tmp_path, monkeypatch):
     results = tmp_path / "bench" / "results"
     results.mkdir(parents=True)
-    monkeypatch.setattr(peers, "RESULTS", results)
+    monkeypatch.setattr(lab, "RESULTS", results)
     monkeypatch.setattr(readme_tables, "RESULTS", results)
     # 10 questions: the phase answers q0-q5, the baseline q0-q2; 3 discordant pairs, all one way
     a = _run(tmp_path, "open", 288, [True] * 6 + [False] * 4, phase_steps=20)
@@ -76,7 +76,7 @@ def test_a_run_from_before_warm_start_configs_has_rows_without_a_block_length(tm
     row says nothing it does not know."""
     results = tmp_path / "bench" / "results"
     results.mkdir(parents=True)
-    monkeypatch.setattr(peers, "RESULTS", results)
+    monkeypatch.setattr(lab, "RESULTS", results)
     monkeypatch.setattr(readme_tables, "RESULTS", results)
     a = _run(tmp_path, "open", 288, [True, False], phase_steps=20)
     b = _run(tmp_path, "base", 64, [True, False], phase_steps=0)
@@ -109,7 +109,7 @@ def test_a_side_of_an_earlier_result_pairs_as_its_run_did(tmp_path, monkeypatch,
     outcomes were kept, or a run file whose artifact is gone and keeps none, is refused by name."""
     results = tmp_path / "bench" / "results"
     results.mkdir(parents=True)
-    monkeypatch.setattr(peers, "RESULTS", results)
+    monkeypatch.setattr(lab, "RESULTS", results)
     a = _run(tmp_path, "open", 288, [True] * 6 + [False] * 4, phase_steps=20)
     b = _run(tmp_path, "base", 64, [True] * 3 + [False] * 7, phase_steps=0)
     c = _run(tmp_path, "longer", 288, [False] + [True] * 8 + [False], phase_steps=40)

@@ -5,8 +5,8 @@ import json
 import os
 import sys
 
+import bench_tables as readme_tables
 import pytest
-import readme_tables
 
 from flows.demo import demo_record, open_qa_summary
 from realm_core.artifacts import ArtifactStore

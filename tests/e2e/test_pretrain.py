@@ -186,14 +186,14 @@ def test_the_reading_experiment_measures_every_trained_reader(
     REALM's encoders are measured against ICT's on the span-holding block's rank."""
     import sys
 
-    import peers
+    import lab
     import realm_reading
 
     from tests.conftest import PRETRAIN_SETTINGS
 
     root = tmp_path / "art"
     shutil.copytree(tiny_pretrained, root)
-    monkeypatch.setattr(peers, "RESULTS", tmp_path / "bench" / "results")
+    monkeypatch.setattr(lab, "RESULTS", tmp_path / "bench" / "results")
     (tmp_path / "bench" / "results").mkdir(parents=True)
     monkeypatch.setenv("REALM_WORK_DIR", str(tmp_path / "work"))
     sets = [a for s in PRETRAIN_SETTINGS for a in ("--set", s)]
