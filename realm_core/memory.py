@@ -1,5 +1,7 @@
 """A process's resident memory while a piece of work runs: what each stage's report and the
-demo's record state as its peak, so that a stage that holds too much is named."""
+demo's record state as its peak, so that a stage that holds too much is named; and the heap a
+stage frees handed back to the system, during the stage (`TrimmedHeap`) and after it
+(`release_free_memory`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import gc
 import os
 import resource
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -64,6 +67,17 @@ class PeakMemory:
             self.mb = round(self.mb, 1)
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    trim: Callable[[int], int] | None = getattr(libc, "malloc_trim", None)
+    return trim
+
+
 def release_free_memory() -> float | None:
     """Hand memory freed by the work that just ended back to the system: a garbage collection,
     then glibc's `malloc_trim(0)`. Without it, memory a stage freed (tokenised batches, tensors
@@ -71,13 +85,43 @@ def release_free_memory() -> float | None:
     (`make demo`) grows by each stage's leftovers. Returns the resident MB after, or None where
     there is no glibc (the collection still runs)."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        trim = getattr(libc, "malloc_trim", None)
-    except OSError:
-        trim = None
+    trim = _malloc_trim()
     if trim is None:
         return None
     trim(0)
     return resident_mb()
+
+
+class TrimmedHeap:
+    """While the block runs, glibc's `malloc_trim(0)` every `every` seconds from a daemon thread.
+
+    A training loop frees and allocates tensors of changing shapes (a batch's longest row sets
+    them) step after step; glibc keeps what was freed in its arenas for reuse, so a long stage's
+    resident memory climbs far above what it holds: a REALM pretraining run of 1,000 steps of 8
+    on 2 cores grew to 10.8 GB resident, of which one `malloc_trim` returned 7.3 GB. Trimming on a
+    timer bounds it without touching any loop; the work that needs the pages again faults them
+    back in. A no-op where there is no glibc."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self.trims = 0
+        self._trim = _malloc_trim()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trim-heap", daemon=True)
+
+    def _run(self) -> None:
+        assert self._trim is not None
+        while not self._done.wait(self.every):
+            self._trim(0)
+            self.trims += 1
+
+    def __enter__(self) -> TrimmedHeap:
+        if self._trim is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
