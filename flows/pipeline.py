@@ -26,9 +26,7 @@ from realm_core.progress import PipelineEta
 # each stage flow by its name; which stages each owns is declared in the graph (`Stage.flow`), and
 # a stage with no flow (the reader's warm-ups, the questions, the null-only run)
 # resolves as a task inside the first flow that needs it
-FLOWS: dict[str, Flow[..., dict[str, StageRun]]] = {f.name: f for f in (
-    sf.ingest_corpus, sf.chunk_blocks, sf.mine_salient_spans, sf.warm_start_ict, sf.warm_start_retromae,
-    sf.refresh_index, sf.evaluate_retrieval, sf.pretrain_realm, sf.finetune_openqa, sf.evaluate_openqa)}
+FLOWS: dict[str, Flow[..., dict[str, StageRun]]] = sf.FLOWS
 FLOW_OF = {s.name: FLOWS[s.flow] for s in STAGES if s.flow is not None}
 # the flows that take `dask`: their own signature says so
 FANS_OUT = {name for name, f in FLOWS.items() if "dask" in f.parameters.properties}

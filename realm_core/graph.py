@@ -395,6 +395,60 @@ BY_NAME = {s.name: s for s in STAGES}
 PIPELINE_TARGETS = ("index", "retrieval_eval", "pretrain", "realm_gain", "openqa_eval")
 
 
+@dataclass(frozen=True)
+class StageFlow:
+    """A Prefect flow of the stages that name it (`Stage.flow`): what a user reruns from the UI.
+    flows/stages.py makes one flow of each, all with the pipeline's parameters (and `dask` where
+    `dask`); prefect.yaml deploys each (`python -m flows.deployments`)."""
+
+    name: str                # the flow's (and its deployment's) name
+    function: str            # its name in flows/stages.py: the deployment's entrypoint
+    description: str         # the run form's text: its first paragraph is the deployment's
+    dask: bool = False       # takes `dask` (its stages, or the ingest it resolves first, fan out)
+    # the stages it runs (default: the stages that name it); upstream stages resolve through the cache
+    wanted: Callable[[PipelineConfig], tuple[str, ...]] | None = None
+
+    def targets(self, cfg: PipelineConfig) -> tuple[str, ...]:
+        if self.wanted is not None:
+            return self.wanted(cfg)
+        return tuple(s.name for s in STAGES if s.flow == self.name)
+
+
+STAGE_FLOWS: tuple[StageFlow, ...] = (
+    StageFlow("ingest-corpus", "ingest_corpus", "Corpora (Wikipedia dumps, SQuAD, DPR, JSONL) -> documents. "
+              "`dask` (local:N or a scheduler address) ingests the source files on Dask workers, one task per file.",
+              dask=True),
+    StageFlow("chunk-blocks", "chunk_blocks", "documents -> blocks of <= chunk.max_wordpieces (288) wordpieces; "
+              "ingests first through the cache (`dask` fans that out).", dask=True),
+    StageFlow("mine-salient-spans", "mine_salient_spans", "blocks -> salient spans (spaCy NER entities + regex "
+              "dates, REALM §3.4). `dask` mines shards of blocks on Dask workers.", dask=True),
+    StageFlow("warm-start-ict", "warm_start_ict", "Query and document encoders trained with the Inverse Cloze "
+              "Task; a crashed run resumes from its last checkpoint when rerun."),
+    StageFlow("warm-start-retromae", "warm_start_retromae", "The retriever's encoder pretrained as a masked "
+              "auto-encoder (RetroMAE), the alternative warm start (`pretrain.warm_start=retromae`); resumable."),
+    StageFlow("refresh-index", "refresh_index", "Every block embedded with the document encoder "
+              "`embed.encoder_from` names (warm_start: the warm-started retriever; latest: the newest retriever "
+              "artifact, as the nightly schedule runs it; config: embed.doc_encoder), then a new index version, "
+              "switched to atomically.", dask=True),
+    StageFlow("evaluate-retrieval", "evaluate_retrieval", "Recall@k and MRR of BM25, the untrained projection, "
+              "the ICT retriever and an off-the-shelf reference on SQuAD-open and the DPR NQ sample, same blocks, "
+              "same run."),
+    StageFlow("pretrain-realm", "pretrain_realm", "Salient-span masked LM over the top-k retrieved blocks plus "
+              "the null block, retriever and reader trained jointly; every index refresh is a "
+              "`refresh-pretraining-index` subflow. Where the config asks, the reader first learns to copy from a "
+              "block that holds the span (`pretrain.reader_copy`), and the null-only run trains beside REALM's and "
+              "the two are compared (`gain.enabled`). Rerunning a crashed run resumes from its newest checkpoint."),
+    StageFlow("finetune-openqa", "finetune_openqa", "Each system in openqa_eval.systems fine-tuned on "
+              "finetune.dataset's train split in two phases, each its own stage: its span reader on each "
+              "question's own paragraph (a `gold_reader*` stage per reader start, shared by its systems), then "
+              "with its query encoder on its own top-5 blocks for finetune.steps, the document encoder and index "
+              "frozen (resumable). `force` recomputes both phases.", wanted=lambda cfg: finetune_targets(cfg)),
+    StageFlow("evaluate-openqa", "evaluate_openqa", "Exact match of each system (openqa_eval.systems) on each "
+              "dataset's test split, full and answerable subset, with paired intervals; fine-tunes first through "
+              "the cache."),
+)
+
+
 def stage(name: str) -> Stage:
     if name not in BY_NAME:
         raise ConfigError(f"stage {name!r}: expected one of {', '.join(BY_NAME)}")

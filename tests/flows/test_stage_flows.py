@@ -123,3 +123,22 @@ def test_a_ui_run_with_one_override_resolves_the_preset_with_that_change(shared_
     manifest = ArtifactStore(root).open(run.ref).manifest
     assert manifest["config_hash"] == cfg.chunk.config_hash()
     assert cfg.chunk.config_hash() != load_config("tiny").chunk.config_hash()
+
+
+def test_the_stage_flows_are_the_graphs() -> None:
+    """One owner for the stage list: every flow a stage names is declared in STAGE_FLOWS, each
+    declared flow runs stages of its own, and flows/stages.py makes exactly those flows, under
+    the names the deployments' entrypoints load."""
+    from flows import stages
+    from realm_core.config import load_config
+    from realm_core.graph import STAGE_FLOWS, STAGES
+
+    declared = {f.name for f in STAGE_FLOWS}
+    assert {s.flow for s in STAGES if s.flow is not None} == declared
+    assert set(stages.FLOWS) == declared
+    cfg = load_config("demo")
+    for spec in STAGE_FLOWS:
+        assert getattr(stages, spec.function) is stages.FLOWS[spec.name]
+        targets = spec.targets(cfg)
+        assert targets and all(t in {s.name for s in STAGES} for t in targets), spec.name
+        assert ("dask" in stages.FLOWS[spec.name].parameters.properties) == spec.dask
