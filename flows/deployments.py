@@ -66,14 +66,12 @@ def render() -> str:
 
     from flows.knowledge import grow_knowledge
     from flows.pipeline import FLOWS, full_pipeline
-    from flows.settings import PARAMETER_DOCS
-
-    presets = {p.split(": ", 1)[0]: p.split(": ", 1)[1] for p in PARAMETER_DOCS["preset"].split("; ")}
+    from realm_core.presets import DESCRIPTIONS
     out = [HEADER.format(version=prefect.__version__),
            entry("full-pipeline", summary(full_pipeline), "flows/pipeline.py:full_pipeline",
                  {"preset": "demo", "overrides": []})]
     for deployment, preset in PIPELINE_PRESETS.items():
-        out.append(entry(deployment, f"The pipeline at the {preset} preset: {presets[preset].rstrip('.')}.",
+        out.append(entry(deployment, f"The pipeline at the {preset} preset: {DESCRIPTIONS[preset]}.",
                          "flows/pipeline.py:full_pipeline", {"preset": preset, "overrides": []}))
     for name, flow in FLOWS.items():
         if name in NIGHTLY:

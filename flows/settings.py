@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field
 
 from realm_core.config import PipelineConfig, load_config, work_dir
+from realm_core.presets import DESCRIPTIONS
 
 
 def resolve(preset: str, config_file: str | None, overrides: list[str] | None,
@@ -21,9 +22,7 @@ def resolve(preset: str, config_file: str | None, overrides: list[str] | None,
 # reads each field's text from the docstring's Args section, which `described` writes.
 PresetName = Literal["tiny", "demo", "laptop", "gpu", "paper"]
 PARAMETER_DOCS = {
-    "preset": "tiny: the tests' corpus, each stage under a minute; demo: every bundled file, sized for a "
-              "2-core laptop; laptop: REALM's measured gain and Table 1 under its own fine-tuning, overnight on "
-              "2 cores; gpu: the same recipe on one GPU in minutes; paper: REALM's settings on a full enwiki dump, for GPUs.",
+    "preset": "; ".join(f"{name}: {text}" for name, text in DESCRIPTIONS.items()) + ".",
     "config_file": "A YAML file of stage sections laid over the preset, as `realm --config` takes it "
                    "(a path on the worker's machine).",
     "overrides": "One stage.field=value per item, applied last, as the command line's --set "

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from flows.cli.progress_bar import RichProgress, console
 from realm_core.errors import RealmError
+from realm_core.presets import DESCRIPTIONS as PRESET_DESCRIPTIONS
 
 if TYPE_CHECKING:
     from realm_core.graph import Resolver, StageRun
@@ -34,7 +35,7 @@ data_app = typer.Typer(help="The data sources registry (data/sources.yaml): list
 app.add_typer(data_app, name="data")
 out = Console(markup=False)  # reports and values hold user text: print it as it is
 
-Preset = Annotated[str, typer.Option("--preset", "-p", help="tiny (tests), demo (a laptop in minutes), laptop (REALM's gain overnight on 2 cores), gpu (the same on one GPU in minutes), paper (the 13 M-block run)")]
+Preset = Annotated[str, typer.Option("--preset", "-p", help="; ".join(f"{k}: {v}" for k, v in PRESET_DESCRIPTIONS.items()))]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", exists=True, dir_okay=False,
                                                     help="YAML file of stage sections")]
 Overrides = Annotated[list[str] | None, typer.Option(
