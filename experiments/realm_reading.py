@@ -257,23 +257,23 @@ def main() -> None:
         frozen = p.model_copy(update={"freeze_retriever": True})
         n = min(args.eval_examples, len(heldout))
         eval_articles = [e.doc_id for e in heldout[:n]]
-        for name in [start]:
-            rows: dict[str, list[dict[str, float]]] = {}
-            for mode, idx in (("retrieval", handle), ("null block", None)):
-                rows[mode] = []
-                log.info("%s: %d held-out examples, %s", name, n, mode)
-                m = RealmModels(models[name], query_encoder, doc_encoder)
-                evaluate(m, data, idx, frozen, n, placement, per_example=rows[mode])
-                models[name].eval()
-            with_r = np.asarray([r["correct"] for r in rows["retrieval"]])
-            alone = np.asarray([r["correct"] for r in rows["null block"]])
-            found_r = np.asarray([r["answer_retrieved"] for r in rows["retrieval"]]) > 0.5
-            marginal[name] = {"examples": n, "retrieval_accuracy": float(with_r.mean()),
-                              "null_block_accuracy": float(alone.mean()),
-                              "retrieval_minus_null": paired(with_r, alone, eval_articles),
-                              "answer_retrieved": float(found_r.mean()),
-                              "answer_retrieved_retrieval_accuracy": float(with_r[found_r].mean()) if found_r.any() else None,
-                              "answer_retrieved_null_accuracy": float(alone[found_r].mean()) if found_r.any() else None}
+        name = start  # the reader pretraining started from, scored as REALM reads: with retrieval, and alone
+        rows: dict[str, list[dict[str, float]]] = {}
+        for mode, idx in (("retrieval", handle), ("null block", None)):
+            rows[mode] = []
+            log.info("%s: %d held-out examples, %s", name, n, mode)
+            m = RealmModels(models[name], query_encoder, doc_encoder)
+            evaluate(m, data, idx, frozen, n, placement, per_example=rows[mode])
+            models[name].eval()
+        with_r = np.asarray([r["correct"] for r in rows["retrieval"]])
+        alone = np.asarray([r["correct"] for r in rows["null block"]])
+        found_r = np.asarray([r["answer_retrieved"] for r in rows["retrieval"]]) > 0.5
+        marginal[name] = {"examples": n, "retrieval_accuracy": float(with_r.mean()),
+                          "null_block_accuracy": float(alone.mean()),
+                          "retrieval_minus_null": paired(with_r, alone, eval_articles),
+                          "answer_retrieved": float(found_r.mean()),
+                          "answer_retrieved_retrieval_accuracy": float(with_r[found_r].mean()) if found_r.any() else None,
+                          "answer_retrieved_null_accuracy": float(alone[found_r].mean()) if found_r.any() else None}
 
     result: dict[str, Any] = {
         "question": "does the pretraining reader copy a span from a block that holds it, on real text?",
