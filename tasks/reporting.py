@@ -29,13 +29,15 @@ def run_progress() -> LogProgress:
 
 def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
                    seconds: float, extra: str = "", config: dict[str, Any] | None = None,
-                   location: str | None = None) -> str:
+                   location: str | None = None, peak_rss_mb: float | None = None) -> str:
     where = ref.path if ref else location or "none (stage off in this config)"
     lines = [f"## {stage}{' (cache hit)' if cached else ''}", "",
              "| field | value |", "|---|---|",
              f"| artifact | `{where}` |",
              f"| content hash | `{ref.content_hash[:16] if ref else ''}` |",
              f"| seconds | {seconds:.1f} |"]
+    if peak_rss_mb is not None:
+        lines.append(f"| peak resident memory | {peak_rss_mb:,.0f} MB |")
     for k, v in stats.items():
         lines.append(f"| {k} | {json.dumps(v) if isinstance(v, dict) else v} |")
     if extra:
@@ -47,8 +49,8 @@ def stage_markdown(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
 
 def publish_stage_report(stage: str, ref: Any, cached: bool, stats: dict[str, Any],
                          seconds: float, extra: str = "", config: dict[str, Any] | None = None,
-                         location: str | None = None) -> str:
-    md = stage_markdown(stage, ref, cached, stats, seconds, extra, config, location)
+                         location: str | None = None, peak_rss_mb: float | None = None) -> str:
+    md = stage_markdown(stage, ref, cached, stats, seconds, extra, config, location, peak_rss_mb)
     try:
         get_run_context()
     except MissingContextError:
@@ -64,6 +66,6 @@ def reported_stage(name: str, title: str, run: Callable[[Progress], StageResult 
     progress reporter), publish its report with the config it ran on, and return the StageRun
     that flows pass on (artifact, cache hit or not, stats, seconds, report)."""
     done = measured_run(name, config, lambda: run(run_progress()))
-    stats = {**done.stats, "peak_rss_mb": done.peak_rss_mb} if done.peak_rss_mb is not None else done.stats
-    publish_stage_report(title, done.ref, done.cached, stats, done.seconds, done.report, done.config)
+    publish_stage_report(title, done.ref, done.cached, done.stats, done.seconds, done.report, done.config,
+                         peak_rss_mb=done.peak_rss_mb)
     return done

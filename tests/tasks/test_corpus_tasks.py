@@ -24,5 +24,7 @@ def test_the_stage_task_runs_the_graph_runner_and_hits_the_cache(shared_data: Pa
 def test_the_stage_report_carries_the_config_it_ran_on(shared_data: Path, tmp_path: Path) -> None:
     cfg = load_config("tiny", overrides=["chunk.max_wordpieces=96"])
     run = Resolver(cfg, ArtifactStore(str(tmp_path / "art"))).run("chunk")
-    md = stage_markdown("chunk", run.ref, run.cached, run.stats, run.seconds, config=run.config)
+    md = stage_markdown("chunk", run.ref, run.cached, run.stats, run.seconds, config=run.config,
+                        peak_rss_mb=run.peak_rss_mb)
     assert '"max_wordpieces": 96' in md and run.ref is not None and run.ref.path in md
+    assert run.peak_rss_mb is not None and f"| peak resident memory | {run.peak_rss_mb:,.0f} MB |" in md
