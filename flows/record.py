@@ -59,7 +59,7 @@ def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[st
 def _realm_first(pair: str, p: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A paired difference "A - B" as the record states it: REALM first wherever it is one side
     (the sign and interval turned with it), so "REALM - ICT (ORQA-like)" reads as REALM's gain."""
-    from realm_core.openqa.systems import REALM
+    from realm_core.systems import REALM
 
     a, b = pair.split(" - ", 1)
     entry = {"delta": p["delta"], "ci95": list(p["ci95"]), "mcnemar_p": p["mcnemar_p"]}

@@ -24,8 +24,8 @@ from realm_core.errors import ArtifactError, ConfigError, MissingArtifactError
 # left out of code hashes, so that a new config field or a reworded error is not a cache miss
 # of every stage (config values are hashed on their own).
 NOT_SCIENCE = frozenset({"realm_core.artifacts", "realm_core.scratch", "realm_core.cache", "realm_core.errors", "realm_core.progress", "realm_core.config",
-                         "realm_core.config_tree",
-                         "realm_core.stage_config", "realm_core.training_config", "realm_core.presets",
+                         "realm_core.config.tree",
+                         "realm_core.config.stage", "realm_core.config.training", "realm_core.presets", "realm_core.systems",
                          "realm_core.graph", "realm_core.jobs",
                          "realm_core.retrieval.versions"})  # publishes index versions and points at one
 

@@ -19,8 +19,8 @@ from typing import Any
 from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.config import EmbedConfig, PipelineConfig
 from realm_core.errors import ConfigError, CorruptArtifactError
-from realm_core.openqa.systems import BY_KEY, SYSTEMS
 from realm_core.progress import NoProgress, Progress
+from realm_core.systems import BY_KEY, SYSTEMS
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
 RefreshIndex = Callable[[EmbedConfig, str], None]                    # (embed config, index root)

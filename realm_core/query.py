@@ -35,7 +35,6 @@ from realm_core.graph import (
 )
 from realm_core.openqa.predict import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.systems import ASKABLE, DEFAULT_ASK, SYSTEM_NAMES, SYSTEMS
 from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, KnowledgeVersion
 from realm_core.retrieval.retrievers import (
     BM25,
@@ -45,6 +44,7 @@ from realm_core.retrieval.retrievers import (
     Retriever,
     Sources,
 )
+from realm_core.systems import ASKABLE, DEFAULT_ASK, SYSTEM_NAMES, SYSTEMS
 
 # what `realm search --retriever NAME` searches with: a retriever of the registry, and the
 # open-QA system whose encoders (and their block embeddings) it uses, where it needs them

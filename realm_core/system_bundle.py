@@ -206,7 +206,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def query_settings(path: str | Path, overrides: Sequence[str]) -> QueryConfig | None:
     """The query side's settings of an exported system with `--set query.FIELD=VALUE` overrides
     (None without any): its models and corpus are fixed, so any other section is refused."""
-    from realm_core.config_tree import config_tree
+    from realm_core.config.tree import config_tree
 
     if not overrides:
         return None

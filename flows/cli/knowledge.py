@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from flows.cli.common import ConfigFile, Overrides, Preset, Root, app, errors, out, resolver
-from realm_core.openqa.systems import DEFAULT_ASK, choices
+from realm_core.systems import DEFAULT_ASK, choices
 
 Kind = Annotated[str, typer.Option(help="the files' format: jsonl (one {id, title, text} a line), wikipedia "
                                         "(.xml/.xml.bz2 dump), squad, dpr_json or dpr_tsv")]

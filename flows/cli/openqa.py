@@ -25,7 +25,7 @@ from flows.cli.common import (
     resolver,
     write_json,
 )
-from realm_core.openqa.systems import SYSTEMS
+from realm_core.systems import SYSTEMS
 
 if TYPE_CHECKING:
     from realm_core.artifacts import Artifact
@@ -39,7 +39,7 @@ Systems = Annotated[list[str] | None, typer.Option(
 def system_overrides(overrides: list[str] | None, systems: list[str] | None) -> list[str]:
     """--set items plus --system as openqa_eval.systems (an unknown name is an error naming the
     known ones)."""
-    from realm_core.openqa.systems import check_system_keys
+    from realm_core.systems import check_system_keys
 
     if not systems:
         return list(overrides or [])
@@ -105,7 +105,7 @@ def evaluate(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
         stages = resolver(preset, config, system_overrides(overrides, system), root,
                           force=["openqa_eval"] if force else [])
         run = stages.run("openqa_eval")
-        from realm_core.openqa.systems import SYSTEM_NAMES
+        from realm_core.systems import SYSTEM_NAMES
 
         for name, upstream in stages.runs.items():
             if name.startswith("finetune_"):

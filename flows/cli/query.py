@@ -23,7 +23,7 @@ from flows.cli.common import (
     write_output,
 )
 from realm_core.errors import InputError, RealmError, parse_json, unreadable_input
-from realm_core.openqa.systems import DEFAULT_ASK, choices
+from realm_core.systems import DEFAULT_ASK, choices
 
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")]
 SystemDir = Annotated[Path | None, typer.Option(
@@ -172,7 +172,7 @@ def ask(question: Annotated[str | None, typer.Argument(help="the question")] = N
     with errors():
         _single_or_batch(question, questions, out_file, "question")
         engine = engine_for(system_dir, preset, config, overrides, root)
-        from realm_core.openqa.systems import SYSTEM_NAMES
+        from realm_core.systems import SYSTEM_NAMES
 
         key, why = (system, f"{SYSTEM_NAMES.get(system, system)}, asked for with --system {system}") if system \
             else engine.default_system()

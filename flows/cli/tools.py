@@ -97,7 +97,7 @@ def show_config(preset: Preset = "demo", config: ConfigFile = None, overrides: O
     """Print the resolved configuration (preset + YAML + overrides) and each section's hash."""
     with errors():
         from realm_core.config import load_config
-        from realm_core.stage_config import StageConfig
+        from realm_core.config.stage import StageConfig
 
         cfg = load_config(preset, config, overrides or [])
         out.print_json(cfg.model_dump_json())

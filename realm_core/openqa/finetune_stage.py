@@ -50,9 +50,9 @@ from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, train_reader
 from realm_core.openqa.predict import QAModels
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.openqa.systems import SYSTEMS
 from realm_core.progress import Progress
 from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources
+from realm_core.systems import SYSTEMS
 
 READER_KIND = "qa_reader"
 MODEL_KIND = "openqa_model"
@@ -67,7 +67,7 @@ NOTE_SMALL_CORPUS = ("NQ, WebQuestions and CuratedTREC were written against all 
 
 @dataclass(frozen=True)
 class QASystem:
-    key: str                             # the registry's (realm_core.openqa.systems)
+    key: str                             # the registry's (realm_core.systems)
     name: str
     retrieval: Literal["dense", "bm25", "none"]
     reader: str                          # BERT directory the span reader starts from
@@ -97,7 +97,7 @@ class QASystem:
 
 def qa_systems(ict_ref: ArtifactRef | None, realm_ref: ArtifactRef | None, embed: EmbedConfig,
                encoder: str = BUNDLED_ENCODER, null_ref: ArtifactRef | None = None) -> list[QASystem]:
-    """The systems of the registry (`realm_core.openqa.systems`) that the given artifacts allow,
+    """The systems of the registry (`realm_core.systems`) that the given artifacts allow,
     in its order; `encoder` is the baseline reader (see the module docstring), `realm_ref` REALM
     pretraining's artifact, `null_ref` the null-only pretraining run's."""
     encoders = {"ict": ict_ref, "pretrain": realm_ref}

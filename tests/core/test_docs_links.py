@@ -61,3 +61,10 @@ def test_a_broken_link_is_found(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text("# Title\n\n[ok](#title) [gone](missing.md) [no anchor](#nope) `[code](x.md)`\n")
     assert broken(page) == ["missing.md: no such file", "#nope: no heading with that anchor in p.md"]
+
+
+def test_every_experiment_page_is_in_the_experiments_index() -> None:
+    folder = Path(__file__).resolve().parents[2] / "docs" / "experiments"
+    index = (folder / "README.md").read_text()
+    missing = [p.name for p in folder.glob("*.md") if p.name != "README.md" and f"]({p.name})" not in index]
+    assert not missing, f"docs/experiments/README.md does not list {missing}"

@@ -12,8 +12,8 @@ from realm_core.config import OpenQAEvalConfig, load_config
 from realm_core.errors import ConfigError
 from realm_core.graph import STAGES, closure, null_only, qa_keys, stage
 from realm_core.openqa.finetune_stage import qa_systems
-from realm_core.openqa.systems import ASKABLE, SYSTEM_KEYS, SYSTEMS
 from realm_core.query import SEARCHERS
+from realm_core.systems import ASKABLE, SYSTEM_KEYS, SYSTEMS
 
 
 def test_the_2x2_crosses_encoders_and_reader_starts() -> None:
@@ -97,13 +97,13 @@ def _string_constants(path: Path) -> list[str]:
 
 
 def test_each_system_is_declared_once_and_everything_else_reads_the_registry() -> None:
-    """A system's key is a string literal only in realm_core/openqa/systems.py across realm_core,
+    """A system's key is a string literal only in realm_core/systems.py across realm_core,
     flows and tasks: the keys that are nothing but system keys (the crossings) are searched for,
     whole word, in every string of the product but docstrings, and every display name of more
     than one word as a whole string; the keys shared with stage or retriever names (ict, realm, bm25, none) are checked
     where systems are listed: config defaults, stages, fine-tuning, searchers, `realm ask`."""
     root = Path(__file__).resolve().parents[2]
-    registry = root / "realm_core" / "openqa" / "systems.py"
+    registry = root / "realm_core" / "systems.py"
     keys = [s.key for s in SYSTEMS if "_" in s.key]
     names = {s.name for s in SYSTEMS if " " in s.name}  # "REALM" alone also names the pretraining run
     found: dict[str, list[str]] = {}

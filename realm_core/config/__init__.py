@@ -1,10 +1,10 @@
 """Stage configs: one frozen pydantic model per stage, and `load_config`, which validates a preset
-with its YAML file and `stage.field=value` overrides (read by `config_tree`) into a PipelineConfig.
+with its YAML file and `stage.field=value` overrides (read by `tree`) into a PipelineConfig.
 
 Config is plain data, validated at the boundary and printed at the start of every stage. Its hash
 (`config_hash`) goes into every artifact's manifest and into the artifact's cache key. The base
-class is in `stage_config`, the training stages' configs in `training_config`; all are imported
-from here.
+class is in `stage`, the training stages' configs in `training`; all are imported from here. The
+open-QA systems they name are declared in `realm_core.systems`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from realm_core.config_tree import config_tree
-from realm_core.errors import ConfigError
-from realm_core.openqa.systems import SYSTEM_KEYS, SYSTEMS
-from realm_core.presets import PRESETS
-from realm_core.stage_config import (
+from realm_core.config.stage import (
     BUNDLED_ENCODER,
     DEVICE_DEFAULT,
     DEVICE_HELP,
@@ -28,7 +24,7 @@ from realm_core.stage_config import (
     PRECISION_HELP,
     StageConfig,
 )
-from realm_core.training_config import (
+from realm_core.config.training import (
     FinetuneConfig,
     GainConfig,
     ICTConfig,
@@ -39,8 +35,12 @@ from realm_core.training_config import (
     RetroMAEConfig,
     SpanReaderConfig,
 )
+from realm_core.config.tree import config_tree
+from realm_core.errors import ConfigError
+from realm_core.presets import PRESETS
+from realm_core.systems import SYSTEM_KEYS, SYSTEMS
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 # The stage configs that live in stage_config and training_config are imported from here too.
 __all__ = ["BLOCK_VIEWS", "PRECISION_STAGES", "BUNDLED_ENCODER", "DEVICE_DEFAULT", "DEVICE_HELP", "PRECISION_HELP", "PROJECT_DIR", "ChunkConfig",

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from realm_core.stage_config import (
+from realm_core.config.stage import (
     BUNDLED_ENCODER,
     DEVICE_DEFAULT,
     DEVICE_HELP,
