@@ -61,6 +61,7 @@ def main() -> None:
     import torch
 
     from flows.demo import cpu_description
+    from realm_core.distributed import Placement
     from realm_core.openqa.predict import answer_correct
     from realm_core.openqa.reading import QAQuestion
     from realm_core.query import QueryEngine
@@ -86,7 +87,8 @@ def main() -> None:
         correct[name] = [answer_correct(a.answer, q) for a, q in zip(answers, questions, strict=True)]
         texts[name] = [a.answer for a in answers]
         result["runs"][name] = {
-            "precision": run_cfg.query.precision, "batch_size": run_cfg.openqa_eval.batch_size,
+            "precision": run_cfg.query.precision, "resolved_precision": Placement(torch.device("cpu"), run_cfg.query.precision).precision,
+            "batch_size": run_cfg.openqa_eval.batch_size,
             "reader_tokens": run_cfg.openqa_eval.reader_tokens, "seconds": round(seconds, 1),
             "questions_per_s": round(len(questions) / seconds, 2), "EM": float(np.mean(correct[name]))}
         print(f"{name}: {len(questions) / seconds:.2f} questions/s, EM {result['runs'][name]['EM']:.3f}", flush=True)

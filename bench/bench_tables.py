@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from render import ROOT, Result, machine, minutes, stage_title
+from render import ROOT, Result, interval, machine, minutes, stage_title
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -250,6 +250,32 @@ def startup_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def ask_table(result: Result) -> str:
+    """`realm ask --questions` against the reading it replaced, in the same run (bench/ask.py)."""
+    today, shipped = result["runs"]["today"], result["runs"]["shipped"]
+    p = result["paired"]["EM"]
+
+    def setting(run: Result) -> str:
+        precision = run["precision"]
+        if precision == "auto":  # bf16 where the CPU computes it natively (resolve_precision)
+            native = {"avx512_bf16", "amx_bf16"} & set(result["cpu"]["flags"])
+            precision = f"auto ({'bf16' if native else 'fp32'} on this CPU)"
+        chunks = ("one forward a batch, padded to its longest row" if run["reader_tokens"] >= 10**8
+                  else f"rows longest first, {run['reader_tokens']:,} padded wordpieces a forward")
+        return f"{precision}, {run['batch_size']} questions a batch, {chunks}"
+
+    lines = [f"| {result['system']} + reader, {result['questions']:,} SQuAD-open test questions, top "
+             f"{result['top_k']} | questions/s | EM (%) |", "|---|---:|---:|",
+             f"| peer, the reading before: {setting(today)} | {today['questions_per_s']:.2f} | {100 * today['EM']:.1f} |",
+             f"| as shipped: {setting(shipped)} | {shipped['questions_per_s']:.2f} | {100 * shipped['EM']:.1f} |",
+             "", f"As shipped / peer: **{result['speedup']:.2f}x** questions per second; EM {interval(p['delta'], p['ci95'])} "
+             f"points (paired, 95% bootstrap interval over questions), McNemar p {p['mcnemar_p']:.2g}; "
+             f"{result['answers_changed']} of {result['questions']:,} answers changed. {result['cpu']['model']} "
+             f"({result['cpu']['cores']} cores; {', '.join(result['cpu']['flags']) or 'no native bf16'}), "
+             f"{result['threads']} threads; the whole benchmark {minutes(result['wall_seconds'])}."]
+    return "\n".join(lines)
+
+
 def serve_table(result: Result) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
@@ -425,6 +451,7 @@ TABLES: dict[str, Callable[[Result], str]] = {
     "scaling": scaling_table,
     "projection": projection_table,
     "serve": serve_table,
+    "ask": ask_table,
     "gpu": gpu_table,
     "gpu_ict_run": gpu_ict_table,
     "ict_tokenise": ict_tokenise_table,
