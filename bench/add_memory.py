@@ -83,7 +83,7 @@ def main() -> None:
     if args.root is None and not (store / "index" / "CURRENT").is_file():
         print(f"building the tiny preset's first index in {store} ...", flush=True)
         realm(["refresh-index", "--root", str(store)])
-    from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+    from realm_core.knowledge.versions import KnowledgeCorpus
 
     rows: list[dict[str, Any]] = []
     for mb in args.mb:

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 from peers import fail, write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig, load_config, resolve_data_path, work_dir
 from realm_core.errors import MissingArtifactError, RealmError
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
+from realm_core.store.artifacts import ArtifactStore
 
 SYSTEM = "bm25"
 TEST_ARTICLES = (35, 39)

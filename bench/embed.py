@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from peers import write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, load_config
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.retrieval.embed import EncoderRecipe, embed_blocks, embed_texts, load_embeddings
 from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.store.artifacts import ArtifactStore
 
 WORK = ROOT / "bench" / ".work" / "embed"
 

@@ -59,12 +59,12 @@ def export(directory: Path, preset: str = "demo", overrides: list[str] | None = 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from realm_core.artifacts import ArtifactStore
     from realm_core.bert import load_tokenizer, resolve_encoder_dir
     from realm_core.blocks import blocks_tokenizer
     from realm_core.config import BUNDLED_ENCODER, load_config, work_dir
-    from realm_core.graph import Resolver
+    from realm_core.graph.resolver import Resolver
     from realm_core.spans.masking import iter_examples
+    from realm_core.store.artifacts import ArtifactStore
 
     cfg = load_config(preset, None, overrides or [])
     store = ArtifactStore(work_dir() / "artifacts")

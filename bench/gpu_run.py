@@ -52,10 +52,10 @@ def pretraining_pair(preset: str, overrides: list[str]) -> dict[str, Any]:
     """Step 1: the gain pair through the graph, each stage's seconds, the comparison's stats."""
     import logging
 
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config, work_dir
-    from realm_core.graph import Resolver
+    from realm_core.graph.resolver import Resolver
     from realm_core.progress import LogProgress
+    from realm_core.store.artifacts import ArtifactStore
 
     cfg = load_config(preset, None, overrides)
     log = logging.getLogger("bench.gpu_run")

@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from peers import fail, write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir
 from realm_core.errors import MissingArtifactError
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
+from realm_core.store.artifacts import ArtifactStore
 
 WORK = ROOT / "bench" / ".work" / "knowledge"
 HELD_OUT = (38, 39)        # SQuAD test articles taken out of the corpus, then added back
@@ -140,10 +140,10 @@ def main() -> None:
     ap.add_argument("--name", default="knowledge", help="the result file, bench/results/NAME.json (a machine of "
                     "another kind keeps its own: knowledge_bf16)")
     args = ap.parse_args()
-    from realm_core.knowledge_corpus import add_documents, tracked_encoders
+    from realm_core.knowledge.add import add_documents, tracked_encoders
+    from realm_core.knowledge.versions import KnowledgeCorpus
     from realm_core.query import QueryEngine
     from realm_core.retrieval.encoders import RetrieverEncoder
-    from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
     from realm_core.retrieval.versions import encoder_dir, load_index
 
     cfg = load_config("demo")
@@ -207,7 +207,7 @@ def main() -> None:
     # equality on the index's encoder, searched by its own query encoder
     from realm_core.bert import load_tokenizer
     from realm_core.distributed import resolve_device, resolve_precision
-    from realm_core.knowledge_corpus import block_embedder
+    from realm_core.knowledge.add import block_embedder
     from realm_core.retrieval.embed import embed_queries
     from realm_core.retrieval.stage import encoder_hash
 

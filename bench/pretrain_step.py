@@ -36,11 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 import torch
 from peers import bare_reader_loss, doc_encoder_loss, query_encoder_loss, write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import load_config, work_dir
 from realm_core.config.training import PretrainConfig
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.pretrain.batches import BlockTexts
 from realm_core.pretrain.loop import PretrainData, RealmModels, realm_forward
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
@@ -49,6 +48,7 @@ from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 from realm_core.spans.masking import MaskedExample, iter_examples
+from realm_core.store.artifacts import ArtifactStore
 from realm_core.training import adamw
 
 

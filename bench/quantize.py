@@ -36,12 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from peers import fail, write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, resolve_data_path, work_dir
 from realm_core.distributed import Precision
 from realm_core.errors import MissingArtifactError, RealmError
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
+from realm_core.store.artifacts import ArtifactStore
 
 PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 SYSTEM = "bm25"

@@ -25,8 +25,8 @@ def machine(result: Result) -> str:
 
 
 def stage_title(name: str) -> str:
-    """A stage's title as the pipeline's own stage table gives it (realm_core.graph)."""
-    from realm_core.graph import BY_NAME
+    """A stage's title as the pipeline's own stage table gives it (realm_core.graph.stages)."""
+    from realm_core.graph.stages import BY_NAME
 
     return BY_NAME[name].title if name in BY_NAME else name
 

@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from peers import write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, work_dir
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.progress import NoProgress
 from realm_core.retrieval.embed import load_embeddings
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
 from realm_core.retrieval.index import MipsIndex
+from realm_core.store.artifacts import ArtifactStore
 
 
 def ann_recall(vectors: np.ndarray, queries: np.ndarray, factories: list[str], k: int = 10) -> list[dict[str, Any]]:

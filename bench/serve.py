@@ -34,11 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 from peers import RESULTS, write_result
 
 from flows.qa_service import serving
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config, resolve_data_path
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.query import QueryEngine
 from realm_core.retrieval.versions import current_step
+from realm_core.store.artifacts import ArtifactStore
 
 CHROMIUM = "/usr/bin/chromium"
 

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 from peers import write_result
 from span_quality import evaluate
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.spans.mining import load_ner, run_mine_spans, sentence_spans
+from realm_core.store.artifacts import ArtifactStore
 
 WORK = ROOT / "bench" / ".work" / "spans"
 

@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from lab import config_arguments, config_from, write_result
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import work_dir
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
+from realm_core.store.artifacts import ArtifactStore
 
 
 def main() -> None:

@@ -35,12 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 from ablations import table2
 from lab import config_arguments, config_from, write_result
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig, work_dir
 from realm_core.curves import plot_curves
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.pretrain.heldout import article_bootstrap
 from realm_core.progress import LogProgress
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 
 log = logging.getLogger("bench.pretrain")
 

@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 from lab import config_arguments, config_from, write_result
 
 from realm_core.answers import has_answer, token_string
-from realm_core.artifacts import ArtifactStore
-from realm_core.cache import existing_artifacts_only
 from realm_core.config import work_dir
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.openqa.finetune_stage import GOLD_SYSTEM
+from realm_core.store.artifacts import ArtifactStore
+from realm_core.store.cache import existing_artifacts_only
 
 
 def classify(gold: dict[str, dict[str, Any]], system: dict[str, dict[str, Any]], texts: list[str]) -> Counter[str]:

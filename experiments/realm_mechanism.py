@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 from lab import write_result
 
 from flows.settings import PARAMETER_DOCS
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig, load_config, work_dir
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.progress import LogProgress
+from realm_core.store.artifacts import ArtifactStore
 
 log = logging.getLogger("bench.realm_mechanism")
 CONFIG = ROOT / "experiments" / "configs" / "realm_mechanism.yaml"

@@ -51,13 +51,13 @@ from ablations import table2
 from lab import config_arguments, config_from, write_result
 from peers import fail, logged
 
-from realm_core.artifacts import ArtifactStore
-from realm_core.cache import existing_artifacts_only
 from realm_core.config import work_dir
 from realm_core.errors import MissingArtifactError
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.pretrain.heldout import article_bootstrap
 from realm_core.progress import LogProgress
+from realm_core.store.artifacts import ArtifactStore
+from realm_core.store.cache import existing_artifacts_only
 
 log = logging.getLogger("experiments.realm_reading")
 

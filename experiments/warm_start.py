@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from lab import config_arguments, config_from, write_result
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig, work_dir
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.progress import NoProgress
 from realm_core.retrieval.evaluation import run_evaluate_retrieval, standard_systems
 from realm_core.retrieval.warm_start import run_warm_start_retromae
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 
 
 def budget(steps: int, batch: int, tokens: int) -> dict[str, int]:

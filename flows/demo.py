@@ -168,7 +168,7 @@ def main() -> int:
     except RealmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from realm_core.artifacts import ArtifactStore
+    from realm_core.store.artifacts import ArtifactStore
 
     store = ArtifactStore(result["root"])
     print("\nrealm demo finished.")

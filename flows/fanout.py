@@ -30,13 +30,14 @@ from prefect import Task, flow
 from prefect.task_runners import TaskRunner
 from prefect_dask.task_runners import DaskTaskRunner
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig
 from realm_core.errors import ConfigError
-from realm_core.graph import Hook, Stage, StageInputs, StageRun, stage
+from realm_core.graph.resolver import Hook, StageRun
+from realm_core.graph.stages import Stage, StageInputs, stage
 from realm_core.ingest.stage import ingest_source
 from realm_core.retrieval.embed import embed_shard
 from realm_core.spans.mining import mine_shard
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 from tasks.jobs import embed_shard_task, ingest_source_task, mine_spans_shard
 from tasks.stages import stage_task
 

@@ -42,8 +42,8 @@ def grow_knowledge(preset: Preset = "demo", config_file: ConfigFile = None, over
     current (a running `realm serve-qa` follows it). Its report counts the documents and blocks
     added, changed, removed and reused. `force` embeds every block again (a full re-index)."""
     from realm_core.config import work_dir
-    from realm_core.knowledge_corpus import folder_files, vanished_sources
-    from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+    from realm_core.knowledge.add import folder_files, vanished_sources
+    from realm_core.knowledge.versions import KnowledgeCorpus
 
     cfg, root = resolve(preset, config_file, overrides, root)
     path = Path(folder) if folder else work_dir() / "documents"

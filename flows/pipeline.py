@@ -18,10 +18,11 @@ from prefect.artifacts import (
 
 from flows import stages as sf
 from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import PROJECT_DIR
-from realm_core.graph import PIPELINE_TARGETS, STAGES, StageRun, closure
+from realm_core.graph.resolver import StageRun
+from realm_core.graph.stages import PIPELINE_TARGETS, STAGES, closure
 from realm_core.progress import PipelineEta
+from realm_core.store.artifacts import ArtifactStore
 
 # each stage flow by its name; which stages each owns is declared in the graph (`Stage.flow`), and
 # a stage with no flow (the reader's warm-ups, the questions, the null-only run)

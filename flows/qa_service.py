@@ -62,9 +62,9 @@ from realm_core.errors import (
     QueryError,
     RealmError,
 )
-from realm_core.knowledge_corpus import Added
+from realm_core.knowledge.add import Added
+from realm_core.knowledge.update import Stopped
 from realm_core.query import Answerer
-from realm_core.retrieval.knowledge_versions import Stopped
 from realm_core.system_bundle import add_to_engine
 
 PAGE = Path(__file__).with_name("qa_page.html")

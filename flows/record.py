@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from flows.demo import cpu_description
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig
+from realm_core.store.artifacts import ArtifactStore
 
 
 def run_record(cfg: PipelineConfig, store: ArtifactStore, stage_seconds: dict[str, float]) -> dict[str, Any]:
     """The record of the run of `cfg` whose artifacts are in `store` (every stage must be there:
     nothing is trained here); `stage_seconds`: each stage's seconds when it was computed."""
-    from realm_core.cache import existing_artifacts_only
-    from realm_core.graph import PIPELINE_TARGETS, Resolver, closure
+    from realm_core.graph.resolver import Resolver
+    from realm_core.graph.stages import PIPELINE_TARGETS, closure
+    from realm_core.store.cache import existing_artifacts_only
 
     resolver = Resolver(cfg, store)
     with existing_artifacts_only():

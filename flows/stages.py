@@ -1,4 +1,4 @@
-"""The stage flows: one Prefect flow for each of the graph's `STAGE_FLOWS` (realm_core/graph.py
+"""The stage flows: one Prefect flow for each of the graph's `STAGE_FLOWS` (realm_core/graph/stages.py
 declares them beside the stages that name them), made here, each taking the same parameters as
 `realm/full-pipeline` (preset, config_file, overrides, root, force, plus dask where its stages fan
 out), so rerunning one stage from the UI resolves the preset with the overrides typed into its
@@ -11,9 +11,10 @@ from prefect import Flow, flow
 
 from flows.fanout import dask_hook
 from flows.settings import ConfigFile, Dask, Force, Overrides, Preset, Root, described, resolve
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import EmbedConfig, IndexConfig
-from realm_core.graph import STAGE_FLOWS, Resolver, StageFlow, StageRun
+from realm_core.graph.resolver import Resolver, StageRun
+from realm_core.graph.stages import STAGE_FLOWS, StageFlow
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 from tasks.retrieval import build_index, embed_blocks
 from tasks.stages import prefect_hook
 

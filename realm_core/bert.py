@@ -55,7 +55,7 @@ def files_hash(directory: Path, names: Iterable[str]) -> str:
     """sha256 over a `name:sha256` line per named file of `directory` that exists, in the order given."""
     import hashlib
 
-    from realm_core.artifacts import sha256_file
+    from realm_core.store.artifacts import sha256_file
 
     h = hashlib.sha256()
     for name in names:

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer, load_wordpieces, tokenizer_hash
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import ChunkConfig
 from realm_core.errors import ArtifactError, RealmError
 from realm_core.progress import NoProgress, Progress
+from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 
 SPECIAL_TOKENS = 3  # [CLS], [SEP], [SEP]
 MIN_BODY = 16

@@ -25,9 +25,9 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from realm_core.artifacts import StageResult
-from realm_core.cache import CachedStage
 from realm_core.errors import ArtifactError, ConfigError, RealmError
+from realm_core.store.artifacts import StageResult
+from realm_core.store.cache import CachedStage
 
 Precision = Literal["fp32", "bf16", "auto", "int8"]
 ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)

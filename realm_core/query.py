@@ -18,24 +18,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef
-from realm_core.cache import existing_artifacts_only
 from realm_core.config import PipelineConfig
 from realm_core.errors import MissingArtifactError, QueryError
-from realm_core.graph import (
-    GOLD_STAGES,
-    Hook,
-    Resolver,
-    Stage,
-    StageInputs,
-    StageRun,
-    qa_keys,
-    qa_system,
-    stage,
-)
+from realm_core.graph.resolver import Hook, Resolver, StageRun
+from realm_core.graph.stages import GOLD_STAGES, Stage, StageInputs, qa_keys, qa_system, stage
+from realm_core.knowledge.versions import KnowledgeCorpus, KnowledgeVersion
 from realm_core.openqa.predict import Prediction, predict
 from realm_core.openqa.reading import BlockStore, QAQuestion
-from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, KnowledgeVersion
 from realm_core.retrieval.retrievers import (
     BM25,
     RETRIEVERS,
@@ -44,6 +33,8 @@ from realm_core.retrieval.retrievers import (
     Retriever,
     Sources,
 )
+from realm_core.store.artifacts import ArtifactRef
+from realm_core.store.cache import existing_artifacts_only
 from realm_core.systems import ASKABLE, DEFAULT_ASK, SYSTEM_NAMES, SYSTEMS
 
 # what `realm search --retriever NAME` searches with: a retriever of the registry, and the

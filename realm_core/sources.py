@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from realm_core.artifacts import sha256_file
 from realm_core.config import PROJECT_DIR
 from realm_core.errors import InputError, RealmError
+from realm_core.store.artifacts import sha256_file
 
 REGISTRY = PROJECT_DIR / "data" / "sources.yaml"
 DOWNLOADS = PROJECT_DIR / "data" / "downloads"

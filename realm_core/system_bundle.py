@@ -23,15 +23,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import sha256_file
 from realm_core.config import EmbedConfig, PipelineConfig, QueryConfig
 from realm_core.errors import ConfigError, CorruptArtifactError
-from realm_core.graph import Resolver
-from realm_core.knowledge_corpus import Added, DocumentFiles, add_documents, block_embedder, grow
+from realm_core.graph.resolver import Resolver
+from realm_core.knowledge.add import Added, DocumentFiles, add_documents, block_embedder, grow
+from realm_core.knowledge.versions import KnowledgeCorpus, vectors_file
 from realm_core.openqa.reading import BlockStore
 from realm_core.query import Answerer, LoadedSystem, QueryEngine
-from realm_core.retrieval.knowledge_versions import KnowledgeCorpus, vectors_file, version_name
 from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources
+from realm_core.store.artifacts import sha256_file
+from realm_core.store.versions import version_name
 
 FORMAT = 1
 MANIFEST = "system.json"
@@ -119,7 +120,7 @@ def export_system(resolver: Resolver, key: str, dest: str | Path, log: Callable[
     """Write system `key` of `resolver`'s store to `dest` (written beside it, then renamed into
     place: a reader never sees half a folder). The store's knowledge corpus is started first if
     it has none (its first version: the pretraining corpus)."""
-    from realm_core.graph import qa_system
+    from realm_core.graph.stages import qa_system
     from realm_core.retrieval.stage import encoder_hash
 
     say = log or (lambda _: None)
@@ -155,7 +156,7 @@ def export_system(resolver: Resolver, key: str, dest: str | Path, log: Callable[
         kmanifest = {**knowledge.manifest, "version": 1, "parent": None, "encoders": encoders, "files": files,
                      "exported_from": f"{corpus.root} version {knowledge.number}"}
         (kv / "manifest.json").write_text(json.dumps(kmanifest, indent=2))
-        (tmp / "knowledge" / "CURRENT").write_text(json.dumps({"version": 1}))
+        KnowledgeCorpus(tmp / "knowledge").pointer.write(1)
         evaluation = engine._newest_evaluation_artifact()
         cfg = engine.cfg
         manifest: dict[str, Any] = {

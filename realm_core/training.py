@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from realm_core.artifacts import sha256_file
 from realm_core.errors import ArtifactError
+from realm_core.store.artifacts import sha256_file
 
 if TYPE_CHECKING:
     from realm_core.progress import Progress

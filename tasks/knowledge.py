@@ -8,10 +8,10 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import PipelineConfig
-from realm_core.graph import Resolver
-from realm_core.knowledge_corpus import add_documents
+from realm_core.graph.resolver import Resolver
+from realm_core.knowledge.add import add_documents
+from realm_core.store.artifacts import ArtifactStore
 from tasks.reporting import publish_stage_report, run_progress
 
 

@@ -13,9 +13,9 @@ from prefect.context import get_run_context
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger
 
-from realm_core.artifacts import StageResult
-from realm_core.graph import StageRun, measured_run
+from realm_core.graph.resolver import StageRun, measured_run
 from realm_core.progress import LogProgress, Progress
+from realm_core.store.artifacts import StageResult
 
 
 def run_progress() -> LogProgress:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from prefect import task
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import EmbedConfig, IndexConfig
-from realm_core.graph import StageRun
+from realm_core.graph.resolver import StageRun
 from realm_core.retrieval.stage import run_build_index, run_embed_blocks
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 from tasks.reporting import reported_stage
 
 

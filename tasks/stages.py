@@ -8,7 +8,8 @@ from dataclasses import replace
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from realm_core.graph import Stage, StageInputs, StageRun
+from realm_core.graph.resolver import StageRun
+from realm_core.graph.stages import Stage, StageInputs
 from tasks.reporting import reported_stage
 
 RETRIES = {"ingest": 1, "index": 2}  # reading a dump, writing an index: transient I/O

@@ -19,8 +19,8 @@ Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 
 import pytest
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import PipelineConfig, data_dir, load_config
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 
 GENSIM = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 TABLES = "wikipedia/enwiki-table-markup.xml.bz2"

@@ -1,5 +1,5 @@
 """`realm`: the command line. Every stage command resolves its stage through the stage graph
-(realm_core/graph.py) with the same config options (--preset, --config FILE, --set
+(realm_core/graph/stages.py) with the same config options (--preset, --config FILE, --set
 stage.field=v), so the cache keys are the Prefect flows' own: `realm chunk` after `realm ingest`
 reuses the documents, and on a fresh root it ingests first. `realm pipeline` runs the Prefect
 flow with an embedded (ephemeral) Prefect.

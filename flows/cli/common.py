@@ -1,5 +1,5 @@
 """What every command shares: the Typer apps, the config options, error printing, the stage
-report, and the resolver a command runs its stages through (realm_core/graph.py: the same
+report, and the resolver a command runs its stages through (realm_core/graph/stages.py: the same
 graph and cache keys as the Prefect flows, with a plain call as the hook)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from realm_core.errors import RealmError
 from realm_core.presets import DESCRIPTIONS as PRESET_DESCRIPTIONS
 
 if TYPE_CHECKING:
-    from realm_core.graph import Resolver, StageRun
+    from realm_core.graph.resolver import Resolver, StageRun
 
 app = typer.Typer(
     help="REALM pipeline: ingest -> chunk -> (spans, warm start, index, pretrain, QA). "
@@ -112,9 +112,9 @@ def resolver(preset: str, config: Path | None, overrides: list[str] | None, root
     """The stage graph over the config (preset + YAML + overrides) and the artifact root, each
     stage called in this process with a progress bar (`dask`: the stages that fan out run their
     units on Dask workers through Prefect); `force` names the stages to recompute."""
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config, work_dir
-    from realm_core.graph import Hook, Resolver, call_directly
+    from realm_core.graph.resolver import Hook, Resolver, call_directly
+    from realm_core.store.artifacts import ArtifactStore
 
     cfg = load_config(preset, config, overrides or [])
     hook: Hook = call_directly

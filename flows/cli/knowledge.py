@@ -1,5 +1,5 @@
 """`realm add` and `realm knowledge`: the knowledge corpus a trained system answers from, grown,
-shrunk and rolled back without training again (realm_core/knowledge_corpus.py)."""
+shrunk and rolled back without training again (realm_core/knowledge/add.py)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def knowledge(action: Annotated[str, typer.Argument(help="list, or rollback")] =
     Examples: realm knowledge
               realm knowledge rollback 2"""
     from realm_core.errors import ConfigError
-    from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+    from realm_core.knowledge.versions import KnowledgeCorpus
 
     with errors():
         corpus = KnowledgeCorpus.of_store(resolver(preset, config, overrides, root).store)

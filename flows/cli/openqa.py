@@ -28,8 +28,8 @@ from flows.cli.common import (
 from realm_core.systems import SYSTEMS
 
 if TYPE_CHECKING:
-    from realm_core.artifacts import Artifact
-    from realm_core.graph import StageRun
+    from realm_core.graph.resolver import StageRun
+    from realm_core.store.artifacts import Artifact
 
 Systems = Annotated[list[str] | None, typer.Option(
     "--system", help="; ".join(f"{s.key} ({s.name})" for s in SYSTEMS) + "; repeatable [default: "
@@ -77,7 +77,7 @@ def finetune(preset: Preset = "demo", config: ConfigFile = None, overrides: Over
 
     Data parallel: realm finetune --nproc 2 (or torchrun ... -m flows.cli finetune)"""
     from realm_core.errors import ConfigError
-    from realm_core.graph import finetune_targets, stage
+    from realm_core.graph.stages import finetune_targets, stage
 
     phases = {"gold": ("gold",), "open": ("open",), "both": ("gold", "open")}
     relaunch_under_torchrun(nproc)

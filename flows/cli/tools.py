@@ -16,7 +16,7 @@ from flows.cli.common import ConfigFile, Dask, Force, Overrides, Preset, Root, a
 def inspect(artifact: Annotated[str, typer.Argument(help="artifact directory (or fsspec URL)")],
             rows: Annotated[int, typer.Option(help="sample rows to show per table")] = 3) -> None:
     """Show an artifact's manifest, row counts and a few sample rows."""
-    from realm_core.artifacts import ArtifactStore
+    from realm_core.store.artifacts import ArtifactStore
 
     with errors():
         store = ArtifactStore(str(Path(artifact).parent) if "://" not in artifact else artifact)
@@ -52,10 +52,10 @@ def verify(root: Root = None,
     import time
 
     from flows.cli.common import write_json
-    from realm_core.artifacts import MANIFEST, ArtifactStore
     from realm_core.config import work_dir
     from realm_core.errors import CorruptArtifactError, RealmError
-    from realm_core.retrieval.knowledge_versions import FOLDER, KnowledgeCorpus
+    from realm_core.knowledge.versions import FOLDER, KnowledgeCorpus
+    from realm_core.store.artifacts import MANIFEST, ArtifactStore
 
     with errors():
         where = str(root or work_dir() / "artifacts")
@@ -111,7 +111,7 @@ def stages(preset: Preset = "demo", config: ConfigFile = None, overrides: Overri
     """The stage graph for this config: each stage, the config sections it reads and the stages it needs, in the order the pipeline runs them."""
     with errors():
         from realm_core.config import load_config
-        from realm_core.graph import PIPELINE_TARGETS, STAGES, closure
+        from realm_core.graph.stages import PIPELINE_TARGETS, STAGES, closure
 
         cfg = load_config(preset, config, overrides or [])
         in_pipeline = set(closure(cfg, PIPELINE_TARGETS))
@@ -160,9 +160,9 @@ def record(preset: Preset = "laptop", config: ConfigFile = None, overrides: Over
     Example: realm record --preset laptop --json bench/results/laptop.json"""
     with errors():
         from flows.record import run_record, stage_seconds
-        from realm_core.artifacts import ArtifactStore
         from realm_core.config import load_config, work_dir
         from realm_core.errors import MissingArtifactError
+        from realm_core.store.artifacts import ArtifactStore
 
         cfg = load_config(preset, config, overrides or [])
         store_root = root or str(work_dir() / "artifacts")

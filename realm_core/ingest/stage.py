@@ -23,15 +23,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import ArtifactStore, StageResult, sha256_file
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import IngestConfig, SourceSpec, resolve_data_path
 from realm_core.errors import RealmError, check_input_file
 from realm_core.ingest import corpora
 from realm_core.ingest.wikipedia import RawPage, iter_pages
 from realm_core.jobs import in_job_order
 from realm_core.progress import NoProgress, Progress
-from realm_core.schemas import DOCUMENTS
+from realm_core.store.artifacts import ArtifactStore, StageResult, sha256_file
+from realm_core.store.cache import CachedStage, code_version
+from realm_core.store.schemas import DOCUMENTS
 
 Document = dict[str, Any]
 

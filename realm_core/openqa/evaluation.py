@@ -20,8 +20,6 @@ import numpy as np
 import torch
 
 from realm_core.answers import f1_score
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import FinetuneConfig, OpenQAEvalConfig
 from realm_core.distributed import module_device
 from realm_core.errors import InputError
@@ -48,6 +46,8 @@ from realm_core.openqa.significance import mcnemar_p, paired_bootstrap
 from realm_core.openqa.span_reader import SpanReader
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.retrievers import RETRIEVERS, Retriever
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 
 
 @dataclass

@@ -36,8 +36,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import (
     BUNDLED_ENCODER,
     EmbedConfig,
@@ -52,6 +50,8 @@ from realm_core.openqa.predict import QAModels
 from realm_core.openqa.reading import BlockStore, QAQuestion
 from realm_core.progress import Progress
 from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources
+from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 from realm_core.systems import SYSTEMS
 
 READER_KIND = "qa_reader"

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from realm_core.artifacts import ArtifactStore, StageResult, sha256_file
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import QuestionsConfig, QuestionSource, resolve_data_path
 from realm_core.errors import ConfigError, check_input_file
-from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions
-from realm_core.questions import QuestionSet, squad_questions
+from realm_core.questions import (
+    QuestionSet,
+    curated_trec,
+    dpr_topics,
+    nq_open,
+    squad_questions,
+    web_questions,
+)
+from realm_core.store.artifacts import ArtifactStore, StageResult, sha256_file
+from realm_core.store.cache import CachedStage, code_version
 
 KIND = "questions"
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import PipelineConfig
 from realm_core.pretrain.heldout import article_bootstrap
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 
 KIND = "realm_gain"
 

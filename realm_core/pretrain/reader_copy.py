@@ -26,8 +26,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import curve_markdown
 from realm_core.distributed import Placement, rank_zero_artifact
@@ -42,8 +40,10 @@ from realm_core.pretrain.reading import (
     train_copy_reader,
 )
 from realm_core.progress import NoProgress, Progress
-from realm_core.schemas import SCHEMAS, TableSchema
 from realm_core.spans.masking import MaskedExample
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
+from realm_core.store.schemas import SCHEMAS, TableSchema
 
 KIND = "reader_copy"
 CURVE_COLUMNS = ("step", "loss", "span_accuracy", "heldout_oracle_accuracy", "heldout_null_accuracy")

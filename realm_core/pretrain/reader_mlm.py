@@ -24,9 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import ReaderMlmConfig
 from realm_core.curves import curve_markdown
 from realm_core.distributed import Placement, rank_zero_artifact
@@ -35,6 +33,8 @@ from realm_core.pretrain.batches import BlockTexts, block_wordpieces
 from realm_core.pretrain.reader_training import train_reader_steps
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import pad_sequences
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 from realm_core.training import step_seed
 
 KIND = "reader_mlm"

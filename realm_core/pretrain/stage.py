@@ -21,10 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
 from realm_core.blocks import blocks_tokenizer
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
 from realm_core.curves import plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact, resolve_device
@@ -44,6 +42,8 @@ from realm_core.retrieval.stage import encoder_hash, run_build_index, run_embed_
 from realm_core.retrieval.versions import load_index
 from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 from realm_core.spans.mining import open_mined
+from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]

@@ -219,7 +219,7 @@ def embed_shard(job: ShardJob) -> dict[str, Any]:
     """Embed one shard in whatever process runs this (the encoder is loaded once per process)."""
     import torch
 
-    from realm_core.artifacts import ArtifactStore
+    from realm_core.store.artifacts import ArtifactStore
 
     if job.threads is not None:
         torch.set_num_threads(job.threads)

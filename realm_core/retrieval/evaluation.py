@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from realm_core.answers import has_answer, token_string
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, RetrievalEvalConfig, resolve_data_path
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
 from realm_core.questions import QuestionSet, dpr_questions, squad_questions
 from realm_core.retrieval.retrievers import RETRIEVERS, Blocks, Question, Sources
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 
 KIND = "retrieval_eval"
 

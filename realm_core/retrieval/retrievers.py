@@ -338,7 +338,7 @@ class CurrentIndex(Retriever):
 
     def stale(self) -> bool:
         """The index pointer moved on (a nightly refresh), or the knowledge corpus's did."""
-        from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+        from realm_core.knowledge.versions import KnowledgeCorpus
         from realm_core.retrieval.versions import current_step
 
         knowledge = KnowledgeCorpus.of_store(self.store).current_number() if self.store.local else None

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import files_hash, load_tokenizer, resolve_encoder_dir
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import EmbedConfig, IndexConfig
 from realm_core.distributed import resolve_device, resolve_precision
 from realm_core.errors import ConfigError, RealmError
@@ -21,7 +19,10 @@ from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import EncoderRecipe, ShardMap, embed_blocks, load_embeddings
 from realm_core.retrieval.encoders import HEAD_FILE, RetrieverEncoder
 from realm_core.retrieval.index import MipsIndex
-from realm_core.retrieval.versions import KIND, publish_index, set_current, version_name
+from realm_core.retrieval.versions import KIND, publish_index, set_current
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
+from realm_core.store.versions import version_name
 
 
 def encoder_hash(spec: str) -> str:

@@ -3,30 +3,22 @@
 REALM refreshes its index while training goes on (§3.4, asynchronous MIPS refresh): a new
 version is built beside the old one, published whole, and only then made current. The pointer
 is one small JSON file replaced by `os.replace` under a lock, so a reader sees either the old
-version or the new one, never a half-built index.
+version or the new one, never a half-built index (`realm_core.store.versions.Pointer`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore
-from realm_core.errors import ArtifactError, RealmError
+from realm_core.errors import RealmError
 from realm_core.retrieval.index import MipsIndex
+from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore
+from realm_core.store.versions import Pointer, version_name
 
 KIND = "index"
-POINTER = "CURRENT"
-
-
-def version_name(step: int) -> str:
-    return f"v{step:08d}"
 
 
 def publish_index(store: ArtifactStore, step: int, index: MipsIndex, *, encoder_checkpoint: str,
@@ -55,22 +47,10 @@ def encoder_dir(store: ArtifactStore, art: Artifact) -> str:
     return store.resolve(str(art.manifest["encoder_checkpoint"]))
 
 
-def _index_dir(store: ArtifactStore) -> Path:
+def _pointer(store: ArtifactStore) -> Pointer:
     if not store.local:
         raise RealmError("index versions need a local artifact root for now (pointer lock)")
-    path = Path(store.root) / KIND
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextmanager
-def _pointer_lock(store: ArtifactStore) -> Iterator[None]:
-    with open(_index_dir(store) / ".lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return Pointer(Path(store.root) / KIND, "step", "index")
 
 
 def set_current(store: ArtifactStore, step: int, *, only_if_newer: bool = True) -> bool:
@@ -79,35 +59,21 @@ def set_current(store: ArtifactStore, step: int, *, only_if_newer: bool = True) 
     name = version_name(step)
     if store.lookup(KIND, name, verify=False) is None:
         raise RealmError(f"index version {step} is not published under {store.path(KIND, '')}")
-    directory = _index_dir(store)
-    with _pointer_lock(store):
-        now = current_step(store)
+    pointer = _pointer(store)
+    with pointer.lock():
+        now = pointer.read()
         if only_if_newer and now is not None and now >= step:
             return False
-        tmp = directory / f".{POINTER}.{os.getpid()}"
-        tmp.write_text(json.dumps({"step": step, "version": name}))
-        os.replace(tmp, directory / POINTER)
+        pointer.write(step, version=name)
     return True
 
 
-def read_pointer(pointer: Path, field: str, what: str) -> int | None:
-    """The number a `CURRENT` pointer file names under `field` (None when there is no pointer
-    yet); a pointer that does not parse is an ArtifactError naming it as `what`."""
-    if not pointer.is_file():
-        return None
-    try:
-        return int(json.loads(pointer.read_text())[field])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ArtifactError(f"{pointer}: corrupt {what} pointer ({e})") from None
-
-
 def current_step(store: ArtifactStore) -> int | None:
-    return read_pointer(Path(store.root) / KIND / POINTER, "step", "index")
+    return Pointer(Path(store.root) / KIND, "step", "index").read()
 
 
 def versions(store: ArtifactStore) -> list[int]:
-    root = Path(store.root) / KIND
-    return sorted(int(p.parent.name[1:]) for p in root.glob("v*/manifest.json"))
+    return Pointer(Path(store.root) / KIND, "step", "index").versions()
 
 
 def load_index(store: ArtifactStore, step: int | None = None) -> tuple[MipsIndex, Artifact]:

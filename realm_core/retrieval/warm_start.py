@@ -12,9 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import ICTConfig, RetroMAEConfig
 from realm_core.curves import curve_markdown, plot_curves
 from realm_core.errors import ConfigError
@@ -22,6 +20,8 @@ from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import encoder_hash
 from realm_core.spans.mining import open_mined
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
 
 KIND = "retriever"
 CURVE_COLUMNS = ("step", "loss", "accuracy", "learning_rate")

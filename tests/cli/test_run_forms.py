@@ -40,7 +40,7 @@ def test_the_graph_prefect_yaml_and_the_flows_name_the_same_stage_flows() -> Non
     """Which flow owns a stage is declared once (`Stage.flow`); the pipeline's FLOW_OF is derived
     from it, and prefect.yaml deploys exactly the flows the graph names, plus the pipeline."""
     from flows.pipeline import FANS_OUT, FLOW_OF, FLOWS
-    from realm_core.graph import STAGES
+    from realm_core.graph.stages import STAGES
 
     # the pipeline, each stage's flow, and the knowledge corpus's flow (no stage: it grows the
     # corpus a trained system answers from)

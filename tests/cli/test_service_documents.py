@@ -14,8 +14,8 @@ import pytest
 from flows.qa_service import DocumentsRequest, grow_knowledge
 from realm_core.config import QueryConfig
 from realm_core.errors import InputError, QueryError
-from realm_core.knowledge_corpus import Added
-from realm_core.retrieval.knowledge_versions import Stopped
+from realm_core.knowledge.add import Added
+from realm_core.knowledge.update import Stopped
 
 
 class Recorder:

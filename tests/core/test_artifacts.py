@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from realm_core.artifacts import RACY_S, ArtifactStore, sha256_file
-from realm_core.cache import CachedStage, artifact_key
 from realm_core.errors import ArtifactError
+from realm_core.store.artifacts import RACY_S, ArtifactStore, sha256_file
+from realm_core.store.cache import CachedStage, artifact_key
 
 
 def _doc(i: int) -> dict:
@@ -122,7 +122,7 @@ def test_forced_rewrite_never_leaves_the_key_without_an_artifact(store: Artifact
     """A reader in another process must find the old artifact or the new one at every moment of
     a --force rerun: every rename the store makes leaves a published manifest in place (the
     two-step move-aside-then-rename did not)."""
-    import realm_core.artifacts as artifacts
+    import realm_core.store.artifacts as artifacts
 
     final = Path(_write(store, "k", 2))
     gaps: list[str] = []
@@ -149,7 +149,7 @@ def test_stale_scratch_of_a_killed_process_is_swept(store: ArtifactStore) -> Non
     import subprocess
     import sys
 
-    from realm_core.scratch import scratch_name
+    from realm_core.store.scratch import scratch_name
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
@@ -208,18 +208,18 @@ def test_read_rows_reads_a_range_across_part_files(store: ArtifactStore) -> None
 
 
 def test_code_version_tracks_sources_and_packages() -> None:
-    from realm_core.cache import code_version
+    from realm_core.store.cache import code_version
 
     a = code_version(("realm_core.blocks",))
     assert a == code_version(("realm_core.blocks",))
-    assert a != code_version(("realm_core.blocks", "realm_core.schemas"))
+    assert a != code_version(("realm_core.blocks", "realm_core.store.schemas"))
     assert a != code_version(("realm_core.blocks",), ("pyarrow",))
 
 
 def test_a_stage_code_hash_covers_what_its_module_imports_indirectly(monkeypatch: pytest.MonkeyPatch) -> None:
     """Computed, not listed by hand: ingest's hash covers the template renderer, which only the
     wikitext cleaner imports (a hand-kept list once missed it)."""
-    from realm_core import cache
+    from realm_core.store import cache
 
     closure = cache.module_closure("realm_core.ingest.stage")
     assert {"realm_core.ingest.wikitext", "realm_core.ingest.wikitemplates", "realm_core.ingest.corpora"} <= set(closure)
@@ -262,8 +262,8 @@ def test_cached_stage_writes_once_then_hits_and_force_rewrites(store: ArtifactSt
 
 
 def test_existing_artifacts_only_refuses_a_miss_and_still_serves_a_hit(store: ArtifactStore) -> None:
-    from realm_core.cache import existing_artifacts_only
     from realm_core.errors import MissingArtifactError
+    from realm_core.store.cache import existing_artifacts_only
 
     cache = CachedStage(store, "documents", {"rows": 1}, {"x": "h"})
     with existing_artifacts_only(), pytest.raises(MissingArtifactError, match=f"documents/{cache.key}"):

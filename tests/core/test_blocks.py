@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.artifacts import ArtifactStore, StageResult
 from realm_core.bert import load_tokenizer, load_wordpieces, resolve_encoder_dir
 from realm_core.blocks import (
     blocks_tokenizer,
@@ -28,6 +27,7 @@ from realm_core.errors import ArtifactError
 from realm_core.ingest.stage import run_ingest
 from realm_core.spans.masking import iter_examples
 from realm_core.spans.mining import run_mine_spans
+from realm_core.store.artifacts import ArtifactStore, StageResult
 
 
 def test_sentence_starts() -> None:

@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import IngestConfig
 from realm_core.errors import InputError
 from realm_core.ingest.corpora import read_dpr_json, read_dpr_tsv, read_jsonl, read_squad
 from realm_core.ingest.stage import run_ingest
+from realm_core.store.artifacts import ArtifactStore
 
 
 def test_squad_article_becomes_one_document(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER
 from realm_core.errors import ArtifactError
@@ -18,6 +17,7 @@ from realm_core.retrieval.embed import (
     tokenizer_parallel_for,
 )
 from realm_core.retrieval.encoders import RetrieverEncoder
+from realm_core.store.artifacts import ArtifactStore
 
 
 @pytest.fixture(scope="module")

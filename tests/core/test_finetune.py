@@ -286,9 +286,9 @@ def test_temperature_fit_picks_the_best_dev_exact_match() -> None:
 
 def test_a_reader_length_that_cannot_hold_question_and_body_is_refused_before_any_step(
         store: object, tmp_path: Path) -> None:
-    from realm_core.artifacts import ArtifactRef
     from realm_core.errors import ConfigError
     from realm_core.openqa.finetune_stage import QASystem, run_finetune
+    from realm_core.store.artifacts import ArtifactRef
 
     config = _config(reader_length=32, question_length=30)
     dummy = ArtifactRef("blocks", str(tmp_path / "none"), "0" * 64)

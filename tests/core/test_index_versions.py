@@ -4,7 +4,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.errors import ArtifactError, RealmError
 from realm_core.retrieval.index import MipsIndex
 from realm_core.retrieval.versions import (
@@ -14,6 +13,7 @@ from realm_core.retrieval.versions import (
     set_current,
     versions,
 )
+from realm_core.store.artifacts import ArtifactStore
 
 
 def make_index(shift: float) -> MipsIndex:

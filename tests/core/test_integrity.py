@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.artifacts import STORE_PREFIX, ArtifactStore
-from realm_core.cache import CachedStage
 from realm_core.errors import CorruptArtifactError
+from realm_core.store.artifacts import STORE_PREFIX, ArtifactStore
+from realm_core.store.cache import CachedStage
 from tests.corruption import DAMAGE, bad_json
 
 
@@ -88,7 +88,7 @@ def test_a_manifest_without_sizes_is_checked_by_content(store: ArtifactStore) ->
 
 def test_the_resolver_names_the_stage_whose_cached_artifact_is_damaged(tmp_path: Path) -> None:
     from realm_core.config import load_config
-    from realm_core.graph import Resolver
+    from realm_core.graph.resolver import Resolver
 
     def damaged(stage, inputs):  # type: ignore[no-untyped-def]  # the first stage resolved finds its hit damaged
         raise CorruptArtifactError("/x/documents/k/documents/part-00000.parquet", "missing: the manifest lists it")
@@ -167,7 +167,7 @@ def test_realm_verify_reports_a_store_and_names_what_is_damaged(tmp_path: Path) 
 
 def test_a_hit_is_looked_up_and_verified_once(store: ArtifactStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stages ask `if cache.hit: return cache.hit`: the artifact's files are checked once."""
-    from realm_core.artifacts import Artifact
+    from realm_core.store.artifacts import Artifact
 
     cache, _ = _stage(store)
     checks: list[str] = []

@@ -11,14 +11,8 @@ import pyarrow as pa
 import pytest
 
 from realm_core.errors import ConfigError, CorruptArtifactError
-from realm_core.retrieval.knowledge_versions import (
-    KnowledgeCorpus,
-    doc_hash,
-    initial_version,
-    listing,
-    plan_update,
-    update,
-)
+from realm_core.knowledge.update import initial_version, listing, plan_update, update
+from realm_core.knowledge.versions import KnowledgeCorpus, doc_hash
 
 H = "e" * 64  # one tracked encoder's hash
 
@@ -154,7 +148,7 @@ def test_an_add_is_cut_embedded_and_written_in_bounded_batches(
 
 
 def test_a_stopped_add_publishes_nothing_and_leaves_nothing(corpus: tuple[KnowledgeCorpus, CountingEmbedder]) -> None:
-    from realm_core.retrieval.knowledge_versions import Stopped
+    from realm_core.knowledge.update import Stopped
 
     kc, embed = corpus
     asked = []
@@ -198,7 +192,7 @@ def test_a_version_checks_its_files(corpus: tuple[KnowledgeCorpus, CountingEmbed
 
 def test_several_files_each_with_its_source_name(tmp_path: Path) -> None:
     from realm_core.config import load_config
-    from realm_core.knowledge_corpus import read_documents, source_names
+    from realm_core.knowledge.add import read_documents, source_names
 
     files = []
     for stem, doc_id in (("notes", "n1"), ("wiki.part2", "w1")):

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from realm_core.artifacts import ArtifactRef, StageResult
-from realm_core.graph import measured_run
+from realm_core.graph.resolver import measured_run
 from realm_core.memory import PeakMemory, resident_mb
+from realm_core.store.artifacts import ArtifactRef, StageResult
 
 
 def test_the_peak_inside_a_block_is_seen_after_the_memory_is_freed() -> None:

@@ -5,7 +5,7 @@ import pytest
 
 from realm_core.answers import regex_match
 from realm_core.errors import InputError
-from realm_core.openqa.datasets import curated_trec, dpr_topics, nq_open, web_questions
+from realm_core.questions import curated_trec, dpr_topics, nq_open, web_questions
 
 
 def test_nq_open_counts_malformed_lines_and_empty_answers(tmp_path: Path) -> None:
@@ -67,9 +67,9 @@ def test_the_bundled_benchmarks_load_without_silent_drops(shared_data: Path) -> 
 
 
 def test_questions_stage_writes_one_table_and_reports_drops(shared_data: Path, tmp_path: Path) -> None:
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import QuestionsConfig
     from realm_core.openqa.questions_stage import run_load_questions
+    from realm_core.store.artifacts import ArtifactStore
 
     store = ArtifactStore(tmp_path / "art")
     result = run_load_questions(store, QuestionsConfig())

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.artifacts import ArtifactRef
 from realm_core.config import OpenQAEvalConfig, load_config
 from realm_core.errors import ConfigError
-from realm_core.graph import STAGES, closure, null_only, qa_keys, stage
+from realm_core.graph.stages import STAGES, closure, null_only, qa_keys, stage
 from realm_core.openqa.finetune_stage import qa_systems
 from realm_core.query import SEARCHERS
+from realm_core.store.artifacts import ArtifactRef
 from realm_core.systems import ASKABLE, SYSTEM_KEYS, SYSTEMS
 
 

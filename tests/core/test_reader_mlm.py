@@ -8,7 +8,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, PretrainConfig, ReaderMlmConfig
 from realm_core.distributed import Placement
@@ -17,6 +16,7 @@ from realm_core.pretrain.reader import KnowledgeAugmentedEncoder
 from realm_core.pretrain.reader_mlm import mlm_batch, train_reader_mlm
 from realm_core.pretrain.stage import run_warm_reader
 from realm_core.progress import NoProgress
+from realm_core.store.artifacts import ArtifactStore
 from tests.killing import KillAfter, Killed
 
 BLOCKS = pa.table({"block_id": [0, 1, 2, 3], "doc_id": ["a:1", "a:1", "b:2", "c:3"],

@@ -4,7 +4,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from realm_core.artifacts import ArtifactStore, sha256_file
 from realm_core.bert import load_tokenizer
 from realm_core.blocks import run_chunk
 from realm_core.config import ChunkConfig, IngestConfig, load_config
@@ -12,6 +11,7 @@ from realm_core.ingest.corpora import read_dpr_json, read_squad
 from realm_core.ingest.stage import clean_pages, run_ingest
 from realm_core.ingest.wikipedia import iter_pages
 from realm_core.sources import load_registry
+from realm_core.store.artifacts import ArtifactStore, sha256_file
 from tests.conftest import DPR, GENSIM, SQUAD, TABLES, W2V
 
 

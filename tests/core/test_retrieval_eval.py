@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from realm_core.answers import token_string
-from realm_core.artifacts import ArtifactStore
 from realm_core.blocks import run_chunk
 from realm_core.config import EmbedConfig, load_config
 from realm_core.errors import ConfigError, InputError
@@ -31,6 +30,7 @@ from realm_core.retrieval.retrievers import (
 from realm_core.retrieval.stage import run_embed_blocks
 from realm_core.retrieval.warm_start import doc_encoder_dir, run_warm_start_ict
 from realm_core.spans.mining import run_mine_spans
+from realm_core.store.artifacts import ArtifactStore
 
 BLOCKS = ["Paris is the capital of France.", "Berlin is the capital of Germany.",
           "The Loire is the longest river in France.", "Bonn was the capital of West Germany."]

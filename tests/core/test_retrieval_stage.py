@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer, tokenizer_hash
 from realm_core.config import BUNDLED_ENCODER, EmbedConfig, IndexConfig
 from realm_core.errors import RealmError
@@ -10,6 +9,7 @@ from realm_core.retrieval.embed import embed_texts
 from realm_core.retrieval.encoders import RetrieverEncoder
 from realm_core.retrieval.stage import run_build_index, run_embed_blocks
 from realm_core.retrieval.versions import load_index
+from realm_core.store.artifacts import ArtifactStore
 
 
 def blocks(store: ArtifactStore, key: str, texts: list[str]):  # type: ignore[no-untyped-def]

@@ -3,7 +3,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, RetroMAEConfig, load_config
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -15,6 +14,7 @@ from realm_core.retrieval.retromae import (
     retromae_batch,
     train_retromae,
 )
+from realm_core.store.artifacts import ArtifactStore
 
 
 def test_enhanced_mask_never_self_always_the_embedding_and_the_configured_rate() -> None:

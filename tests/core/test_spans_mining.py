@@ -7,7 +7,6 @@ import pyarrow.parquet as pq
 import pytest
 from span_quality import evaluate
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.bert import load_tokenizer, load_wordpieces, tokenizer_hash
 from realm_core.config import BUNDLED_ENCODER, MaskingConfig, SpanConfig
 from realm_core.errors import ArtifactError
@@ -20,6 +19,7 @@ from realm_core.spans.mining import (
     sentence_spans,
     wordpiece_range,
 )
+from realm_core.store.artifacts import ArtifactStore
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "salient_spans_gold.jsonl"
 LABELS = frozenset(SpanConfig().entity_labels)

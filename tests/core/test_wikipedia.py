@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import IngestConfig
 from realm_core.errors import InputError, RealmError
 from realm_core.ingest.stage import run_ingest
 from realm_core.ingest.wikipedia import iter_pages
+from realm_core.store.artifacts import ArtifactStore
 
 NS10 = "http://www.mediawiki.org/xml/export-0.10/"
 

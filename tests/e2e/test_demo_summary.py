@@ -9,7 +9,7 @@ import bench_tables as readme_tables
 import pytest
 
 from flows.demo import demo_record, open_qa_summary
-from realm_core.artifacts import ArtifactStore
+from realm_core.store.artifacts import ArtifactStore
 from tests.conftest import TinyUpstream, one_artifact
 
 

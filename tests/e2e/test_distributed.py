@@ -43,13 +43,13 @@ def test_a_killed_single_process_run_resumes_on_two_ranks_along_its_loss_curve(t
     checkpoint, refresh the index before step 3 (rank 0 rebuilds it, both switch) and end with the
     uninterrupted one-process run's losses and weights: DDP averages the ranks' gradients into
     the global batch's, and a checkpoint resumes on any number of processes."""
-    from realm_core.artifacts import ArtifactStore
     from realm_core.blocks import run_chunk
     from realm_core.config import load_config
     from realm_core.ingest.stage import run_ingest
     from realm_core.pretrain.stage import run_pretrain
     from realm_core.retrieval.warm_start import run_warm_start_ict
     from realm_core.spans.mining import run_mine_spans
+    from realm_core.store.artifacts import ArtifactStore
     from realm_core.training import STATE_FILE
     from tests.killing import KillAfter, Killed
 

@@ -16,12 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flows.qa_service import create_app
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
-from realm_core.graph import Resolver
-from realm_core.knowledge_corpus import add_documents, tracked_encoders
+from realm_core.graph.resolver import Resolver
+from realm_core.knowledge.add import add_documents, tracked_encoders
+from realm_core.knowledge.versions import KnowledgeCorpus
 from realm_core.query import QueryEngine
-from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+from realm_core.store.artifacts import ArtifactStore
 from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow

@@ -168,7 +168,7 @@ def test_output_files_are_written_whole_or_not_at_all(tmp_path: Path, monkeypatc
 
 def test_a_full_disk_during_a_stage_is_an_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      shared_data: Path) -> None:
-    from realm_core import artifacts
+    from realm_core.store import artifacts
 
     def full(self: artifacts.TableWriter, data: object) -> None:  # a part file that no longer fits
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory / "part-00000.parquet"))

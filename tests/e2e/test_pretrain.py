@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.bert import resolve_encoder_dir
 from realm_core.config import BUNDLED_ENCODER, PipelineConfig
 from realm_core.errors import ArtifactError, ConfigError
 from realm_core.pretrain.stage import run_pretrain
 from realm_core.retrieval.versions import versions
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 from tests.conftest import TinyUpstream, one_artifact
 
 pytestmark = pytest.mark.slow

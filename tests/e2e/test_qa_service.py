@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from flows.qa_service import create_app, serving
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
 from realm_core.query import QueryEngine
+from realm_core.store.artifacts import ArtifactStore
 from tests.conftest import TinyUpstream
 from tests.corruption import truncate
 

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore
 from realm_core.config import load_config
-from realm_core.graph import null_only
+from realm_core.graph.stages import null_only
 from realm_core.pretrain.heldout import is_heldout
 from realm_core.pretrain.loop import batch_picks
 from realm_core.pretrain.reader_copy import run_reader_copy
 from realm_core.pretrain.stage import pretrain_data
 from realm_core.retrieval.stage import encoder_hash
 from realm_core.spans.mining import open_mined
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 from tests.conftest import TinyUpstream
 from tests.killing import KillAfter, Killed
 

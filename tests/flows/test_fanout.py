@@ -22,9 +22,9 @@ async def _completed_task_runs(name: str) -> int:
 
 def test_dask_workers_ingest_the_source_files_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
     from flows.stages import ingest_corpus
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
     from realm_core.ingest.stage import run_ingest
+    from realm_core.store.artifacts import ArtifactStore
 
     root = str(tmp_path / "art")
     ingest = load_config("tiny").ingest  # 4 sources: two Wikipedia dumps, SQuAD, DPR
@@ -44,10 +44,10 @@ def test_dask_workers_ingest_the_source_files_of_the_one_process_artifact(shared
 
 def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
     from flows.stages import refresh_index
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
     from realm_core.retrieval.embed import load_embeddings
     from realm_core.retrieval.stage import run_embed_blocks
+    from realm_core.store.artifacts import ArtifactStore
 
     root = str(tmp_path / "art")
     # 612 blocks: 4 shards; their first 32 wordpieces (the fan-out, not the length, is tested)
@@ -75,9 +75,9 @@ def test_dask_workers_embed_the_shards_of_the_one_process_artifact(shared_data: 
 
 def test_dask_workers_mine_the_rows_of_the_one_process_artifact(shared_data: Path, tmp_path: Path) -> None:
     from flows.stages import mine_salient_spans
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
     from realm_core.spans.mining import run_mine_spans
+    from realm_core.store.artifacts import ArtifactStore
 
     root = str(tmp_path / "art")
     sets = ["spans.shard_size=250"]  # 612 blocks: 3 shards

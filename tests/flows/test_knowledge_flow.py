@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from flows.knowledge import grow_knowledge
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
-from realm_core.graph import Resolver
-from realm_core.retrieval.knowledge_versions import KnowledgeCorpus
+from realm_core.graph.resolver import Resolver
+from realm_core.knowledge.versions import KnowledgeCorpus
+from realm_core.store.artifacts import ArtifactStore
 from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
 from flows.stages import pretrain_realm
-from realm_core.artifacts import ArtifactStore
+from realm_core.store.artifacts import ArtifactStore
 from tests.conftest import TinyUpstream
 
 pytestmark = pytest.mark.slow

@@ -65,8 +65,8 @@ def test_span_flow_resolves_upstream_through_the_cache(shared_data: Path, tmp_pa
 
 def test_refresh_index_flow_builds_and_switches(shared_data: Path, tmp_path: Path) -> None:
     from flows.stages import refresh_index
-    from realm_core.artifacts import ArtifactStore
     from realm_core.retrieval.versions import current_step
+    from realm_core.store.artifacts import ArtifactStore
 
     root = str(tmp_path / "art")
     untrained = ["embed.encoder_from=config"]  # embed.doc_encoder as it is: no warm start
@@ -80,8 +80,8 @@ def test_refresh_index_flow_builds_and_switches(shared_data: Path, tmp_path: Pat
 def test_warm_start_flow_then_nightly_refresh_uses_the_newest_retriever(shared_data: Path,
                                                                         tmp_path: Path) -> None:
     from flows.stages import refresh_index, warm_start_ict
-    from realm_core.artifacts import ArtifactStore
     from realm_core.retrieval.versions import current_step, load_index
+    from realm_core.store.artifacts import ArtifactStore
 
     root = str(tmp_path / "art")
     first = warm_start_ict(preset="tiny", root=root)["ict"]
@@ -113,8 +113,8 @@ def test_a_ui_run_with_one_override_resolves_the_preset_with_that_change(shared_
     """Rerunning a stage from the UI with one field typed in its form: the preset plus that one
     change, the same config (and cache key) as the command line's `--set`."""
     from flows.stages import chunk_blocks
-    from realm_core.artifacts import ArtifactStore
     from realm_core.config import load_config
+    from realm_core.store.artifacts import ArtifactStore
 
     root = str(tmp_path / "art")
     run = chunk_blocks(preset="tiny", overrides=["chunk.max_wordpieces=96"], root=root)["chunk"]
@@ -131,7 +131,7 @@ def test_the_stage_flows_are_the_graphs() -> None:
     the names the deployments' entrypoints load."""
     from flows import stages
     from realm_core.config import load_config
-    from realm_core.graph import STAGE_FLOWS, STAGES
+    from realm_core.graph.stages import STAGE_FLOWS, STAGES
 
     declared = {f.name for f in STAGE_FLOWS}
     assert {s.flow for s in STAGES if s.flow is not None} == declared

@@ -1,8 +1,9 @@
 from pathlib import Path
 
-from realm_core.artifacts import ArtifactStore
 from realm_core.config import load_config
-from realm_core.graph import Resolver, StageInputs, stage
+from realm_core.graph.resolver import Resolver
+from realm_core.graph.stages import StageInputs, stage
+from realm_core.store.artifacts import ArtifactStore
 from tasks.reporting import stage_markdown
 from tasks.stages import stage_task
 

@@ -13,7 +13,8 @@ grown without training again: `realm add` and the `grow-knowledge` flow call `ad
   read again a document at a time and cut, embedded and written in bounded batches: an add's
   memory does not grow with its input.
 
-Versions, stable block ids and rollback: `realm_core.retrieval.knowledge_versions`.
+Versions, stable block ids and rollback: `realm_core.knowledge.versions`; what a new version
+holds: `realm_core.knowledge.update`.
 """
 
 from __future__ import annotations
@@ -27,15 +28,10 @@ from typing import Any
 
 from realm_core.config import EmbedConfig, IngestConfig, SourceSpec
 from realm_core.errors import ConfigError
-from realm_core.graph import Resolver
+from realm_core.graph.resolver import Resolver
+from realm_core.knowledge.update import initial_version, update
+from realm_core.knowledge.versions import Embed, KnowledgeCorpus, KnowledgeVersion
 from realm_core.progress import NoProgress, Progress
-from realm_core.retrieval.knowledge_versions import (
-    Embed,
-    KnowledgeCorpus,
-    KnowledgeVersion,
-    initial_version,
-    update,
-)
 
 
 @dataclass
@@ -60,12 +56,12 @@ class Added:
 def tracked_encoders(resolver: Resolver) -> dict[str, EmbedConfig]:
     """The document encoders the query side searches with, by content hash: the current
     index's, and each dense searcher's system whose artifacts exist."""
-    from realm_core.cache import existing_artifacts_only
     from realm_core.errors import MissingArtifactError
-    from realm_core.graph import qa_system, stage
+    from realm_core.graph.stages import qa_system, stage
     from realm_core.query import SEARCHERS
     from realm_core.retrieval.stage import encoder_hash
     from realm_core.retrieval.versions import current_step, encoder_dir, load_index
+    from realm_core.store.cache import existing_artifacts_only
 
     store, cfg = resolver.store, resolver.cfg
     found: dict[str, EmbedConfig] = {}
@@ -157,7 +153,8 @@ class DocumentFiles:
         """(doc_id, doc_hash) of every document, in order: read once, then remembered (what the
         update plans from; the texts are read again per batch). This grows with the input, about
         100 bytes a document: 0.1 GB for a million documents, against the texts' gigabytes."""
-        from realm_core.retrieval.knowledge_versions import Stopped, doc_hash
+        from realm_core.knowledge.update import Stopped
+        from realm_core.knowledge.versions import doc_hash
 
         if self._listing is None:
             listing = []
@@ -226,7 +223,7 @@ def grow(corpus: KnowledgeCorpus, documents: Iterable[dict[str, Any]], chunk: Ca
     `tracked` ({hash: (its record, its embedder)}) kept current (one new to the corpus embeds
     every block once), then the documents added and the removals made (only new blocks embedded),
     then, with `reembed_all`, every block embedded again."""
-    from realm_core.retrieval.knowledge_versions import reembed, track_encoder
+    from realm_core.knowledge.update import reembed, track_encoder
 
     say = log or (lambda _: None)
     current = corpus.current()

@@ -1,7 +1,7 @@
 """Where an artifact is made before it is published, and the one atomic swap that replaces a
 published one: run-scoped scratch directories named by host and process (those of killed
 processes swept at the next write) and Linux's renameat2 exchange. Used by the artifact store
-(realm_core/artifacts.py)."""
+(realm_core/store/artifacts.py)."""
 
 from __future__ import annotations
 

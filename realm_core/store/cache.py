@@ -17,17 +17,19 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from realm_core.artifacts import Artifact, ArtifactStore, ArtifactWriter, StageResult
 from realm_core.errors import ArtifactError, ConfigError, MissingArtifactError
+from realm_core.store.artifacts import Artifact, ArtifactStore, ArtifactWriter, StageResult
 
 # Modules that carry artifacts, configs and errors around but compute nothing a stage writes:
 # left out of code hashes, so that a new config field or a reworded error is not a cache miss
 # of every stage (config values are hashed on their own).
-NOT_SCIENCE = frozenset({"realm_core.artifacts", "realm_core.scratch", "realm_core.cache", "realm_core.errors", "realm_core.progress", "realm_core.config",
-                         "realm_core.config.tree",
-                         "realm_core.config.stage", "realm_core.config.training", "realm_core.presets", "realm_core.systems",
-                         "realm_core.graph", "realm_core.jobs",
-                         "realm_core.retrieval.versions"})  # publishes index versions and points at one
+NOT_SCIENCE = frozenset({
+    "realm_core.store", "realm_core.store.artifacts", "realm_core.store.scratch", "realm_core.store.cache",
+    "realm_core.store.versions", "realm_core.errors", "realm_core.progress", "realm_core.config",
+    "realm_core.config.tree", "realm_core.config.stage", "realm_core.config.training", "realm_core.presets",
+    "realm_core.systems", "realm_core.graph", "realm_core.graph.stages", "realm_core.graph.resolver", "realm_core.jobs",
+    "realm_core.retrieval.versions",  # publishes index versions and points at one
+})
 
 
 def _source(module: str) -> Path | None:

@@ -34,8 +34,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from realm_core import __version__
 from realm_core.errors import ArtifactError, CorruptArtifactError
-from realm_core.schemas import SCHEMAS, TableSchema
-from realm_core.scratch import exchange_paths, scratch_name, sweep_scratch
+from realm_core.store.schemas import SCHEMAS, TableSchema
+from realm_core.store.scratch import exchange_paths, scratch_name, sweep_scratch
 
 MANIFEST = "manifest.json"
 STORE_PREFIX = "store:"  # a manifest's name for a path inside its own store (`ArtifactStore.relative`)

@@ -1,25 +1,18 @@
-"""The pipeline, declared once.
-
-Each stage names the config sections it reads, the stages upstream of it (which may depend on
-the config: pretraining starts from the warm start `pretrain.warm_start` names) and its runner,
-a call into realm_core. `Resolver` returns a stage's result through the artifact cache,
-resolving its upstream stages first. The command line, the Prefect flows and the benchmarks
-all resolve stages here and differ only in the hook that calls a runner: a plain call in the
-CLI and the benchmarks, a Prefect task in the flows. The stage order lives in `STAGES` and
-nowhere else.
+"""The stages of the pipeline, declared once: each stage's config sections, upstream stages and
+runner (one call into realm_core), `STAGES` in pipeline order, and `STAGE_FLOWS`, the Prefect
+flows (and deployments) that own them. How a stage is run: `realm_core.graph.resolver`.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from realm_core.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.config import EmbedConfig, PipelineConfig
-from realm_core.errors import ConfigError, CorruptArtifactError
+from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
+from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.systems import BY_KEY, SYSTEMS
 
 JobMap = Callable[[Callable[[Any], Any], list[Any]], Iterator[Any]]  # (job function, jobs) -> results in order
@@ -64,50 +57,6 @@ class Stage:
         return {s: getattr(cfg, s).model_dump(mode="json") for s in self.sections}
 
 
-@dataclass
-class StageRun:
-    """A resolved stage: its artifact (None when the stage is off), cache hit or not, its stats,
-    the wall seconds of this call, the report's markdown and the config sections it read."""
-
-    stage: str
-    ref: ArtifactRef | None
-    cached: bool
-    stats: dict[str, Any]
-    seconds: float
-    report: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
-    peak_rss_mb: float | None = None  # this process's resident memory at its largest during the call
-
-    def summary(self) -> dict[str, Any]:
-        return {"artifact": self.ref.path if self.ref else None, "cached": self.cached,
-                "seconds": round(self.seconds, 2), "peak_rss_mb": self.peak_rss_mb, "stats": self.stats}
-
-
-Hook = Callable[[Stage, StageInputs], StageRun]
-
-
-def call_directly(stage: Stage, inputs: StageInputs) -> StageRun:
-    """The plain hook: run the stage in this process, timed and its memory measured."""
-    return measured_run(stage.name, stage.config(inputs.cfg), lambda: stage.run(inputs))
-
-
-def measured_run(name: str, config: dict[str, Any], run: Callable[[], StageResult | None]) -> StageRun:
-    """The StageRun of one stage call `run()`: its wall seconds and this process's peak resident
-    memory during it (`PeakMemory`) beside what it returned (None: the stage is off). What the
-    stage frees is handed back to the system while it runs (`TrimmedHeap`) and after it
-    (`release_free_memory`)."""
-    from realm_core.memory import PeakMemory, TrimmedHeap, release_free_memory
-
-    with PeakMemory() as peak, TrimmedHeap():
-        t0 = time.perf_counter()
-        result = run()
-        seconds = time.perf_counter() - t0
-    release_free_memory()  # what the stage freed is not carried into the next one's peak
-    if result is None:
-        return StageRun(name, None, True, {"skipped": "off in this config"}, seconds, "", config, peak.mb)
-    return StageRun(name, result.ref, result.cached, result.stats, seconds, result.report, config, peak.mb)
-
-
 # --- runners: one call into realm_core each -------------------------------------------------
 
 def _ingest(i: StageInputs) -> StageResult:
@@ -147,7 +96,7 @@ def index_embed_config(cfg: PipelineConfig, store: ArtifactStore, refs: dict[str
 
     encoder = cfg.embed.doc_encoder
     if cfg.embed.encoder_from == "warm_start" and cfg.pretrain.warm_start != "none":
-        encoder = doc_encoder_dir(_ref_of(refs, cfg.pretrain.warm_start))
+        encoder = doc_encoder_dir(required_ref(refs, cfg.pretrain.warm_start))
     elif cfg.embed.encoder_from == "latest" and (newest := latest_retriever(store)) is not None:
         encoder = doc_encoder_dir(newest)
     return cfg.embed.model_copy(update={"doc_encoder": encoder, "encoder_from": "config"})
@@ -467,7 +416,7 @@ def closure(cfg: PipelineConfig, targets: Iterable[str]) -> list[str]:
     return [s.name for s in STAGES if s.name in needed]
 
 
-def _ref_of(refs: dict[str, ArtifactRef | None], name: str) -> ArtifactRef:
+def required_ref(refs: dict[str, ArtifactRef | None], name: str) -> ArtifactRef:
     ref = refs.get(name)
     if ref is None:
         raise ConfigError(f"stage {name!r} produced no artifact in this config, and a stage downstream needs it")
@@ -475,7 +424,7 @@ def _ref_of(refs: dict[str, ArtifactRef | None], name: str) -> ArtifactRef:
 
 
 def _ref(i: StageInputs, name: str) -> ArtifactRef:
-    return _ref_of(i.refs, name)
+    return required_ref(i.refs, name)
 
 
 def _mapper(i: StageInputs, name: str) -> Callable[[list[Any]], Any] | None:
@@ -490,63 +439,3 @@ def _mapper(i: StageInputs, name: str) -> Callable[[list[Any]], Any] | None:
     if name == "embed":  # the embed stage takes every shard's result at once
         return lambda jobs: list(map_jobs(job, jobs))
     return lambda jobs: map_jobs(job, jobs)  # ingest and spans write each result as it comes
-
-
-class Resolver:
-    """Stages of one config over one store, each resolved once (memoised) through the cache.
-
-    `hook` calls a runner (`call_directly`, or a Prefect task); `force` names the stages to
-    recompute although cached; `progress` makes each stage's progress reporter;
-    `refresh_index` is what pretraining calls at every index refresh (default: in process)."""
-
-    def __init__(self, cfg: PipelineConfig, store: ArtifactStore, hook: Hook = call_directly,
-                 force: Iterable[str] = (), progress: Callable[[], Progress] = NoProgress,
-                 refresh_index: RefreshIndex | None = None, map_jobs: JobMap | None = None) -> None:
-        self.cfg, self.store, self.hook = cfg, store, hook
-        self.force = set(force)
-        self.progress, self.refresh_index, self.map_jobs = progress, refresh_index, map_jobs
-        self.runs: dict[str, StageRun] = {}
-
-    def inputs(self, name: str) -> StageInputs:
-        """The runner's inputs of stage `name`, its upstream resolved."""
-        s = stage(name)
-        refs = {u: self.run(u).ref for u in s.upstream(self.cfg)}
-        return StageInputs(s.runs_on(self.cfg), self.store, refs, self.progress(), name in self.force,
-                           self.map_jobs if s.fans_out else None, self.refresh_index)
-
-    def run(self, name: str) -> StageRun:
-        """Stage `name` through the cache, its upstream first. Under torchrun a distributed stage
-        (pretraining, fine-tuning) runs on every rank; any other runs on rank 0 first and the
-        other ranks then find it in the cache."""
-        if name not in self.runs:
-            s = stage(name)
-            inputs = self.inputs(name)  # each upstream stage placed by its own kind
-            try:
-                if s.distributed:
-                    self.runs[name] = self.hook(s, inputs)
-                else:
-                    with self._rank_zero_first():
-                        self.runs[name] = self.hook(s, inputs)
-            except CorruptArtifactError as e:
-                if e.stage is not None:
-                    raise
-                raise CorruptArtifactError(e.path, e.what, name) from None
-        return self.runs[name]
-
-    def _rank_zero_first(self) -> Any:
-        import contextlib
-        import os
-
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            return contextlib.nullcontext()
-        from realm_core.distributed import Placement, rank_zero_first
-
-        return rank_zero_first(Placement.from_env(self.cfg.pretrain.device))
-
-    def ref(self, name: str) -> ArtifactRef:
-        return _ref_of({name: self.run(name).ref}, name)
-
-    def pipeline(self, targets: Iterable[str] = PIPELINE_TARGETS) -> dict[str, StageRun]:
-        """Every stage the targets need, in order."""
-        return {name: self.run(name) for name in closure(self.cfg, targets)}
-
