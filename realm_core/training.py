@@ -1,6 +1,6 @@
 """Training machinery shared by the warm starts and REALM pretraining: BERT's AdamW parameter
 groups, the warm-up + linear-decay schedule, per-step seeding, atomic checkpoints, and the warm
-starts' per-step bookkeeping.
+starts' per-step bookkeeping, and `publish_trained`, the one way a training stage publishes.
 
 A checkpoint is a directory `step-NNNNNNNN/` holding one `<name>.safetensors` per module, the
 optimizer's tensors in `optimizer.safetensors` and everything else (step, data position, index
@@ -15,10 +15,10 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -28,6 +28,8 @@ from realm_core.store.artifacts import sha256_file
 
 if TYPE_CHECKING:
     from realm_core.progress import Progress
+    from realm_core.store.artifacts import StageResult
+    from realm_core.store.cache import CachedStage
 
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -181,3 +183,41 @@ def restore_checkpoint(checkpoint: Checkpoint, modules: dict[str, nn.Module],
         optimizer.load_state_dict({"state": slots, "param_groups": checkpoint.state["param_groups"]})
     except (ValueError, KeyError) as e:
         raise ArtifactError(f"{checkpoint.path / OPTIMIZER_FILE}: does not match the optimizer ({e})") from None
+
+
+class Plot(NamedTuple):
+    """A curve plotted into a published artifact: `ys` against `x` over `rows`, as `file` (PNG)."""
+
+    file: str
+    rows: Sequence[dict[str, Any]]
+    x: str
+    ys: Sequence[str]
+    title: str
+
+
+def publish_trained(cache: CachedStage, *, manifest: Mapping[str, Any], reader: Any = None, tokenizer: Any = None,
+                    encoders: Mapping[str, Any] | None = None, tokenizer_source: str = "",
+                    tables: Mapping[str, Sequence[dict[str, Any]]] | None = None, plot: Plot | None = None,
+                    barrier: Callable[[], None] | None = None) -> StageResult:
+    """The one way a training stage publishes its artifact: the reader as a Hugging Face folder
+    `reader/` with the blocks' tokenizer beside it, each retriever encoder as `<name>/` (its
+    tokenizer from `tokenizer_source`), each curve table, the plot, and `manifest` (stats, report,
+    anything else the stage records) in the manifest; every model is saved from the CPU in eval
+    mode. Under torchrun rank 0 calls it and `barrier` is where the other ranks, waiting for its
+    artifact, meet it."""
+    with cache.write() as out:
+        if reader is not None:
+            reader.cpu().eval().save_pretrained(out.tmp / "reader")
+            tokenizer.save_pretrained(str(out.tmp / "reader"))
+        for name, encoder in (encoders or {}).items():
+            encoder.cpu().eval().save_pretrained(out.tmp / name, tokenizer_source=tokenizer_source)
+        for name, rows in (tables or {}).items():
+            out.table(name).write(list(rows))
+        if plot is not None:
+            from realm_core.curves import plot_curves
+
+            plot_curves(plot.rows, plot.x, plot.ys, out.file(plot.file), plot.title)
+        out.extra_manifest.update(manifest)
+    if barrier is not None:
+        barrier()
+    return cache.result()

@@ -43,7 +43,7 @@ from realm_core.config import (
     PretrainConfig,
     SpanReaderConfig,
 )
-from realm_core.curves import curve_markdown, plot_curves
+from realm_core.curves import curve_markdown
 from realm_core.errors import ConfigError
 from realm_core.openqa.finetune import FinetuneCurves, train_reader
 from realm_core.openqa.predict import QAModels
@@ -53,6 +53,7 @@ from realm_core.retrieval.retrievers import RETRIEVERS, Retriever, Sources
 from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.store.cache import CachedStage, code_version
 from realm_core.systems import SYSTEMS
+from realm_core.training import Plot, publish_trained
 
 READER_KIND = "qa_reader"
 MODEL_KIND = "openqa_model"
@@ -231,12 +232,9 @@ def run_gold_reader(store: ArtifactStore, questions_ref: ArtifactRef, reader_sta
              **_budget_stats(curves, len(questions))}
     report = (f"### gold-passage reader from {reader_start}\n\n"
               + _curve([r for r in curves.steps if r["dev_em"] is not None] or curves.steps))
-    with cache.write() as out:
-        reader.save_pretrained(out.tmp / "reader")
-        tokenizer.save_pretrained(str(out.tmp / "reader"))
-        out.table("finetune_curve").write([{**r, "phase": "gold_passage"} for r in curves.steps])
-        out.extra_manifest.update({"stats": stats, "report": report})
-    return cache.result()
+    return publish_trained(cache, reader=reader, tokenizer=tokenizer,
+                           tables={"finetune_curve": [{**r, "phase": "gold_passage"} for r in curves.steps]},
+                           manifest={"stats": stats, "report": report})
 
 
 def gold_reader_of(store: ArtifactStore, gold_ref: ArtifactRef | None, reader_start: str) -> Artifact | None:
@@ -308,16 +306,11 @@ def run_finetune(store: ArtifactStore, blocks_ref: ArtifactRef, questions_ref: A
     if gold is not None:
         report += gold.manifest.get("report", "") + "\n\n"
     report += "open-domain phase:\n\n" + _curve(curves.steps)
-    with cache.write() as out:
-        reader.save_pretrained(out.tmp / "reader")
-        tokenizer.save_pretrained(str(out.tmp / "reader"))
-        if query_encoder is not None:
-            query_encoder.eval()
-            query_encoder.save_pretrained(out.tmp / "query_encoder", tokenizer_source=system.reader)
-        out.table("finetune_curve").write([{**r, "phase": "open"} for r in curves.steps])
-        if curves.steps:
-            plot_curves(curves.steps, "step", ["loss", "with_gold"], out.file("finetune_curve.png"),
-                        f"open-QA fine-tuning: {system.name}")
-        out.extra_manifest.update({"stats": stats, "report": report, "system": system.spec()})
-    placement.barrier()
-    return cache.result()
+    plot = Plot("finetune_curve.png", curves.steps, "step", ["loss", "with_gold"],
+                f"open-QA fine-tuning: {system.name}") if curves.steps else None
+    return publish_trained(cache, reader=reader, tokenizer=tokenizer,
+                           encoders={"query_encoder": query_encoder} if query_encoder is not None else None,
+                           tokenizer_source=system.reader,
+                           tables={"finetune_curve": [{**r, "phase": "open"} for r in curves.steps]}, plot=plot,
+                           manifest={"stats": stats, "report": report, "system": system.spec()},
+                           barrier=placement.barrier)

@@ -44,6 +44,7 @@ from realm_core.spans.masking import MaskedExample
 from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.store.cache import CachedStage, code_version
 from realm_core.store.schemas import SCHEMAS, TableSchema
+from realm_core.training import publish_trained
 
 KIND = "reader_copy"
 CURVE_COLUMNS = ("step", "loss", "span_accuracy", "heldout_oracle_accuracy", "heldout_null_accuracy")
@@ -189,16 +190,11 @@ def run_reader_copy(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: Ar
                    f"[{100 * lo:+.1f}, {100 * hi:+.1f}] (95%, articles resampled).\n\n")
     evals = [r for r in curve if "heldout_oracle_accuracy" in r]
     report += curve_markdown(evals or curve, CURVE_COLUMNS if evals else CURVE_COLUMNS[:3])
-    with cache.write() as out:
-        reader.cpu().save_pretrained(out.tmp / "reader")
-        data.tokenizer.save_pretrained(str(out.tmp / "reader"))
-        out.table("reader_copy_metrics").write([{k: float(r.get(k, float("nan"))) for k in CURVE_COLUMNS}
-                                                for r in curve])
-        out.table("reader_copy_examples").write([{"doc_id": e.doc_id, "block_id": int(e.block_id),
-                                                  "evidence_block": int(z)} for e, z in zip(examples, evidence, strict=True)])
-        out.extra_manifest.update({"stats": stats, "report": report})
-    placement.barrier()
-    return cache.result()
+    tables: dict[str, list[dict[str, Any]]] = {"reader_copy_metrics": [{k: float(r.get(k, float("nan"))) for k in CURVE_COLUMNS} for r in curve],
+              "reader_copy_examples": [{"doc_id": e.doc_id, "block_id": int(e.block_id), "evidence_block": int(z)}
+                                       for e, z in zip(examples, evidence, strict=True)]}
+    return publish_trained(cache, reader=reader, tokenizer=data.tokenizer, tables=tables,
+                           manifest={"stats": stats, "report": report}, barrier=placement.barrier)
 
 
 def reader_dir(ref: ArtifactRef) -> str:

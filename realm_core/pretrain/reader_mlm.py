@@ -35,7 +35,7 @@ from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.embed import pad_sequences
 from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.store.cache import CachedStage, code_version
-from realm_core.training import step_seed
+from realm_core.training import publish_trained, step_seed
 
 KIND = "reader_mlm"
 
@@ -155,10 +155,5 @@ def run_reader_mlm(store: ArtifactStore, blocks_ref: ArtifactRef, config: Reader
              "final_wordpiece_accuracy": round(sum(r["wordpiece_accuracy"] for r in tail) / len(tail), 4),
              "precision": place.precision, "wall_seconds": round(time.perf_counter() - t0, 1)}
     report = "### Reader masked-LM warm-up\n\n" + curve_markdown(curve, ("step", "loss", "wordpiece_accuracy"))
-    with cache.write() as out:
-        reader.cpu().save_pretrained(out.tmp / "reader")
-        tokenizer.save_pretrained(str(out.tmp / "reader"))
-        out.table("reader_mlm_metrics").write(curve)
-        out.extra_manifest.update({"stats": stats, "report": report})
-    place.barrier()
-    return cache.result()
+    return publish_trained(cache, reader=reader, tokenizer=tokenizer, tables={"reader_mlm_metrics": curve},
+                           manifest={"stats": stats, "report": report}, barrier=place.barrier)

@@ -24,7 +24,6 @@ from typing import Any
 from realm_core.bert import load_tokenizer
 from realm_core.blocks import blocks_tokenizer
 from realm_core.config import EmbedConfig, IndexConfig, MaskingConfig, PretrainConfig
-from realm_core.curves import plot_curves
 from realm_core.distributed import Placement, rank_zero_artifact, resolve_device
 from realm_core.errors import ConfigError, RealmError
 from realm_core.pretrain.batches import BlockTexts
@@ -44,6 +43,7 @@ from realm_core.retrieval.warm_start import doc_encoder_dir, query_encoder_dir
 from realm_core.spans.mining import open_mined
 from realm_core.store.artifacts import Artifact, ArtifactRef, ArtifactStore, StageResult
 from realm_core.store.cache import CachedStage, code_version
+from realm_core.training import Plot, publish_trained
 
 KIND = "realm_model"
 RefreshIndex = Callable[[EmbedConfig, str], None]
@@ -217,19 +217,16 @@ def _publish(cache: CachedStage, reader: Any, encoders: tuple[RetrieverEncoder, 
              counts: Counter[str], step: int) -> None:
     """The realm_model artifact: reader (with the blocks' tokenizer), both encoders at `step`, the
     curves, the held-out rows, the plot, stats and report."""
-    with cache.write() as out:
-        reader.save_pretrained(out.tmp / "reader")
-        data.tokenizer.save_pretrained(str(out.tmp / "reader"))
-        for name, encoder in zip(("query_encoder", "doc_encoder"), encoders, strict=True):
-            encoder.step = step
-            encoder.eval()
-            encoder.save_pretrained(out.tmp / name, tokenizer_source=config.reader_encoder)
-        out.table("pretrain_metrics").write([{k: r.get(k, 0.0) for k in r} for r in curves.steps])
-        out.table("pretrain_eval").write(curves.evals)
-        out.table("pretrain_heldout").write(rows)
-        plot_curves(curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
-                    out.file("pretrain_curves.png"), f"REALM pretraining ({config.retrieval})")
-        out.extra_manifest.update({"stats": stats, "report": report, "step": step, "example_counts": dict(counts)})
+    for encoder in encoders:
+        encoder.step = step
+    publish_trained(cache, reader=reader, tokenizer=data.tokenizer,
+                    encoders=dict(zip(("query_encoder", "doc_encoder"), encoders, strict=True)),
+                    tokenizer_source=config.reader_encoder,
+                    tables={"pretrain_metrics": [{k: r.get(k, 0.0) for k in r} for r in curves.steps],
+                            "pretrain_eval": curves.evals, "pretrain_heldout": rows},
+                    plot=Plot("pretrain_curves.png", curves.steps, "step", ["loss", "retrieval_utility", "p_null"],
+                              f"REALM pretraining ({config.retrieval})"),
+                    manifest={"stats": stats, "report": report, "step": step, "example_counts": dict(counts)})
 
 
 def run_pretrain(store: ArtifactStore, blocks_ref: ArtifactRef, spans_ref: ArtifactRef,

@@ -14,7 +14,7 @@ from typing import Any
 
 from realm_core.bert import load_tokenizer
 from realm_core.config import ICTConfig, RetroMAEConfig
-from realm_core.curves import curve_markdown, plot_curves
+from realm_core.curves import curve_markdown
 from realm_core.errors import ConfigError
 from realm_core.progress import NoProgress, Progress
 from realm_core.retrieval.encoders import RetrieverEncoder
@@ -22,6 +22,7 @@ from realm_core.retrieval.stage import encoder_hash
 from realm_core.spans.mining import open_mined
 from realm_core.store.artifacts import ArtifactRef, ArtifactStore, StageResult
 from realm_core.store.cache import CachedStage, code_version
+from realm_core.training import Plot, publish_trained
 
 KIND = "retriever"
 CURVE_COLUMNS = ("step", "loss", "accuracy", "learning_rate")
@@ -41,14 +42,9 @@ def publish_retriever(cache: CachedStage, encoders: dict[str, RetrieverEncoder],
                       stats: dict[str, Any], report: str, method: str, step: int) -> StageResult:
     """A warm start's `retriever` artifact: both encoders as HF folders, the loss curve as a
     table and a PNG, the stats and report; its checkpoints go once it is published."""
-    with cache.write() as out:
-        for name, encoder in encoders.items():
-            encoder.to("cpu").eval()
-            encoder.save_pretrained(out.tmp / name, tokenizer_source=tokenizer_source)
-        out.table(curve).write(rows)
-        plot_curves(rows, "step", plotted, out.file(f"{curve}.png"), title)
-        out.extra_manifest.update({"stats": stats, "report": report, "method": method, "step": step})
-    return cache.result()
+    return publish_trained(cache, encoders=encoders, tokenizer_source=tokenizer_source, tables={curve: rows},
+                           plot=Plot(f"{curve}.png", rows, "step", plotted, title),
+                           manifest={"stats": stats, "report": report, "method": method, "step": step})
 
 
 def _report(rows: list[dict[str, Any]]) -> str:
