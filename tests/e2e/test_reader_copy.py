@@ -143,3 +143,9 @@ def test_laptop_preset_runs_end_to_end_at_tiny_budgets(shared_data: Path, tmp_pa
                             "--json", str(tmp_path / "laptop.json")], capture_output=True, text=True, env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert json.loads((tmp_path / "laptop.json").read_text())["heldout"] == record["heldout"]
+    # README's Table 1 and its REALM sentence render from that record
+    import bench_tables
+
+    table, sentence = bench_tables.laptop_table(record), bench_tables.laptop_gain(record)
+    assert "| REALM | " in table and "| ICT (ORQA-like) | " in table and "| REALM - ICT (ORQA-like) | " in table
+    assert "McNemar p" in table and "REALM minus null-only on 6 held-out masked spans" in sentence
