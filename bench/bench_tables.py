@@ -377,10 +377,19 @@ QUIET_SHARE = 0.05
 def demo_table(result: Result) -> str:
     """`make demo`'s own record (bench/results/demo.json, written by its summary step): each
     stage's seconds, the whole run, what its systems answer on SQuAD-open test."""
-    lines = ["| stage | seconds |", "|---|---:|"]
-    for name, seconds in result["stages"].items():
-        lines.append(f"| {stage_title(name)} | {minutes(seconds)} |")
-    lines.append(f"| **the whole run, to its summary** | **{minutes(result['wall_seconds'])}** |")
+    peaks = result.get("stages_peak_rss_mb")  # records since each stage's peak memory was kept
+    if peaks:
+        lines = ["| stage | seconds | peak resident memory of the process (GiB) |", "|---|---:|---:|"]
+        for name, seconds in result["stages"].items():
+            peak = peaks.get(name)
+            lines.append(f"| {stage_title(name)} | {minutes(seconds)} | {'-' if peak is None else f'{peak / 1024:.2f}'} |")
+        lines.append(f"| **the whole run, to its summary** | **{minutes(result['wall_seconds'])}** | "
+                     f"**{result['peak_rss_mb'] / 1024:.2f}** |")
+    else:
+        lines = ["| stage | seconds |", "|---|---:|"]
+        for name, seconds in result["stages"].items():
+            lines.append(f"| {stage_title(name)} | {minutes(seconds)} |")
+        lines.append(f"| **the whole run, to its summary** | **{minutes(result['wall_seconds'])}** |")
     ems = " | ".join(f"{name} {100 * em:.1f}" for name, em in result["squad_open_em"].items())
     reads = result["reads"]
     done = "every stage computed" if result["all_computed"] else "some stages were cache hits: not a timing of the demo"
