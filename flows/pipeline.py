@@ -83,7 +83,6 @@ def full_pipeline(preset: Preset = "demo", config_file: ConfigFile = None, overr
         print(eta.line())
         update_progress_artifact(artifact_id=bar, progress=round(100 * eta.fraction(), 1),
                                  description=f"realm pipeline ({preset}): {eta.line()}")
-    eta.save()
     ordered = {name: runs[name] for name in plan if name in runs}
     if reports is not None and cfg.gain.enabled and ordered.get("openqa_eval") and ordered["openqa_eval"].ref:
         from flows.record import run_record, stage_seconds

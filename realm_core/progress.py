@@ -156,7 +156,7 @@ class LogProgress:
 class PipelineEta:
     """One progress line for a whole pipeline run: stages done of the plan, time elapsed, and
     the time left as the sum of each remaining stage's seconds when it was last computed on this
-    store (`history`, a small JSON file the run updates at its end). A stage that turns out to be
+    store (`history`, a small JSON file updated as each stage is computed). A stage that turns out to be
     a cache hit takes no time, so the estimate is for the rest computed; a stage never computed
     here has no time yet, and the line says how many of those remain."""
 
@@ -175,8 +175,12 @@ class PipelineEta:
         self.finished: dict[str, tuple[bool, float]] = {}  # stage: (computed, seconds)
 
     def record(self, stage: str, computed: bool, seconds: float) -> None:
-        if stage in self.plan:
-            self.finished.setdefault(stage, (computed, seconds))
+        """A planned stage is done; a computed one's time is kept at once, so a run killed in a
+        later stage and started again estimates from the stages it already computed."""
+        if stage in self.plan and stage not in self.finished:
+            self.finished[stage] = (computed, seconds)
+            if computed:
+                self.save()
 
     def left(self) -> tuple[float, int]:
         """Seconds the remaining stages took when last computed, and how many have no time."""

@@ -49,3 +49,16 @@ def test_a_fresh_store_estimates_from_the_times_the_project_measured(tmp_path: P
     assert "about 62 min left" in later.line()  # this store's own time replaced the shipped one
     only_own = PipelineEta(["ingest"], tmp_path / "none.json", shipped)
     assert "at their last computed times" in only_own.line()
+
+
+def test_a_killed_run_keeps_the_times_of_the_stages_it_computed(tmp_path: Path) -> None:
+    history = tmp_path / "stage-seconds-laptop.json"
+    killed = PipelineEta(["ingest", "ict", "pretrain"], history)
+    killed.record("ingest", computed=True, seconds=20.0)
+    killed.record("ict", computed=True, seconds=3000.0)
+    killed.record("ict", computed=True, seconds=1.0)  # a stage is recorded once: where it was computed
+    # killed in pretraining: no save() at the run's end
+    resumed = PipelineEta(["ingest", "ict", "pretrain"], history)
+    resumed.record("ingest", computed=False, seconds=0.1)
+    assert json.loads(history.read_text()) == {"ingest": 20.0, "ict": 3000.0}
+    assert "about 50 min left" in resumed.line() and "1 stage never computed" in resumed.line()
