@@ -74,18 +74,11 @@ def pretrain_table(result: Result) -> str:
     return "\n".join(lines)
 
 
-def _retriever_schedule(cfg: dict[str, Any], budget: dict[str, Any], stats: dict[str, Any]) -> str:
-    """The encoders' schedule as the run had it: frozen for a first phase, then (where a utility
-    gate is set) trained only once retrieved blocks helped the reader, and the step it opened."""
-    text = f"the encoders frozen for the first {cfg['retriever_frozen_steps']} steps"
-    gate = cfg.get("retriever_unfreeze_utility")
-    if gate is not None:
-        errors = cfg.get("utility_standard_errors", 0.0)
-        text += (f" and until the mean retrieval utility of the last {cfg['utility_window']} steps rose above "
-                 f"{gate:g}" + (f" by {errors:g} standard errors" if errors else ""))
-        opened = stats.get("retriever_trained_from_step")
-        text += (f" (it did at step {opened})" if opened is not None else " (it never did: frozen throughout)")
-    return text + f", then at {budget['retriever_lr_scale']:g}x the reader's rate"
+def _retriever_schedule(cfg: dict[str, Any], budget: dict[str, Any]) -> str:
+    """The encoders' schedule as the run had it: frozen for a first phase, then trained at a
+    multiple of the reader's rate."""
+    return (f"the encoders frozen for the first {cfg['retriever_frozen_steps']} steps, "
+            f"then at {budget['retriever_lr_scale']:g}x the reader's rate")
 
 
 def _window_mean(steps: list[dict[str, float]], key: str, lo: int, hi: int) -> float:
@@ -116,7 +109,7 @@ def realm_gain_table(result: Result) -> str:
               f"{b['batch_size']} ({b['steps'] * b['batch_size'] / runs['REALM']['stats']['train_examples']:.2f} "
               f"passes over {runs['REALM']['stats']['train_examples']:,} training spans), lr {b['learning_rate']:g}, "
               f"top-{b['top_k']} with the null block, reader {cfg['reader_length']} wordpieces (query "
-              f"{cfg['query_length']}, the whole block), {_retriever_schedule(cfg, b, runs['REALM']['stats'])}, "
+              f"{cfg['query_length']}, the whole block), {_retriever_schedule(cfg, b)}, "
               f"index refreshed every {b['refresh_every']} steps; {_starting_reader(b)}."
               + _utility_watch(runs["REALM"]["stats"], cfg), "",
               "| REALM minus null-only (points, 95% interval over articles) | examples | REALM (%) | null only (%) | "

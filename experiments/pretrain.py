@@ -39,6 +39,7 @@ from realm_core.config import PipelineConfig, work_dir
 from realm_core.curves import plot_curves
 from realm_core.graph.resolver import Resolver
 from realm_core.pretrain.heldout import article_bootstrap
+from realm_core.pretrain.summary import collapse_window
 from realm_core.progress import LogProgress
 from realm_core.store.artifacts import ArtifactRef, ArtifactStore
 
@@ -175,8 +176,7 @@ def main() -> None:
         "runs": {n: {k: v for k, v in r.items() if k not in ("heldout_rows", "steps")} for n, r in runs.items()},
         "config": {"reader_length": p.reader_length, "query_length": cfg.masking.query_length,
                    "doc_length": p.doc_length, "retriever_frozen_steps": p.retriever_frozen_steps,
-                   "retriever_unfreeze_utility": p.retriever_unfreeze_utility, "utility_window": p.utility_window,
-                   "utility_standard_errors": p.utility_standard_errors,
+                   "utility_window": collapse_window(p),
                    "config_file": args.config, "overrides": args.overrides},
         "curves": {n: curves(r) for n, r in runs.items()},
         "heldout_accuracy_gain": realm["heldout_span_accuracy"] - null["heldout_span_accuracy"],

@@ -174,20 +174,6 @@ class PretrainConfig(TrainerConfig):
         0, ge=0, description="first steps with no gradient into either encoder (Atlas: "
         "--freeze_retriever_steps), while the reader learns to read what the warm-started retriever "
         "returns; the encoders train from then on at retriever_lr_scale, and the index is refreshed")
-    retriever_unfreeze_utility: float | None = Field(
-        None, description="after retriever_frozen_steps, the encoders stay frozen until the mean "
-        "training retrieval utility of the last utility_window steps is above this by "
-        "utility_standard_errors (0: retrieved "
-        "blocks help the reader more than the null block does); once they train they keep training. "
-        "A retriever trained while retrieved blocks still hurt the reader collapses onto the null "
-        "block (docs/experiments/realm-gain.md); None: they train from retriever_frozen_steps on")
-    utility_window: int = Field(50, ge=1, description="steps averaged by retriever_unfreeze_utility")
-    utility_standard_errors: float = Field(
-        2.0, ge=0, description="how far above retriever_unfreeze_utility the window's mean utility must "
-        "be, in standard errors of that mean: a step's utility at batch 8 varies by about +-0.6, so a "
-        "50-step mean crosses 0 by chance while retrieval still does not help; opened on such a "
-        "crossing, the retriever collapsed onto the null block within 25 steps "
-        "(docs/experiments/realm-gain.md)")
     null_weight: float | None = Field(
         None, gt=0, lt=1, description="the null block's fixed share of the marginal likelihood, the "
         "retriever's softmax taken over the retrieved blocks alone: its gradient then ranks the retrieved "

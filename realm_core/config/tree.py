@@ -79,6 +79,10 @@ REMOVED_OPTIONS = {
     "ict.pooling": "mean pooling was noise on dev; ICT pools [CLS]",
     "pretrain.copy_weight": "the copy objective beside REALM's loss measured no gain; the reader_copy stage "
                             "teaches the reader to copy before pretraining",
+    "pretrain.retriever_unfreeze_utility": "the utility gate did not prevent the collapse onto the null block; "
+                                           "the null block's fixed share (pretrain.null_weight) does",
+    "pretrain.utility_window": "it only sized the removed utility gate's window",
+    "pretrain.utility_standard_errors": "it only set the removed utility gate's margin",
 }
 
 

@@ -408,7 +408,7 @@ def train_realm(models: RealmModels, data: PretrainData, config: PretrainConfig,
     for step in range(run.start, config.steps):
         # the cold start (Atlas: --freeze_retriever_steps): the reader learns to read retrieved
         # blocks before the retriever's gradient, p(z|x)'s share of log p(y|x), carries signal
-        retriever_learns = retrieving and retriever_learns_at(step, curves.steps, config)
+        retriever_learns = retrieving and retriever_learns_at(step, config)
         if retriever_learns and run.unfrozen_at is None:
             run.unfrozen_at = step
         refresh_index(refresher, run, models, config, step, base_step, index_at, place)

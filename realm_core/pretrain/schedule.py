@@ -4,11 +4,10 @@ whether a run is collapsing onto the null block, decided from the logged step ro
 A reader that cannot yet use what it retrieves gives the retriever only the null block's signal:
 at full rate the encoders collapse onto it (docs/experiments/realm-gain.md). Atlas keeps the
 retriever frozen for a first phase (`--freeze_retriever_steps`); REALM's reference implementation
-watches retrieval utility, the marginal log-likelihood minus the null block's. Both are here:
-a frozen first phase, an optional gate on the utility's recent mean, and the report of a
-sustained stretch below 0.
+watches retrieval utility, the marginal log-likelihood minus the null block's. Here: the frozen
+first phase, and the report of a sustained stretch of utility below 0.
 
-Shapes: S logged steps, W steps in the unfreeze gate's window.
+Shapes: S logged steps.
 """
 
 from __future__ import annotations
@@ -46,24 +45,11 @@ def retriever_trained(row: dict[str, float], frozen_steps: int) -> bool:
     return bool(row.get("retriever_trained", float(row["step"] > frozen_steps)))
 
 
-def retriever_learns_at(step: int, history: list[dict[str, float]], config: PretrainConfig) -> bool:
-    """Whether the encoders get a gradient at `step` (0-based), given the rows of the steps
-    before it: never under `freeze_retriever`, not in the frozen first phase, and, with
-    `retriever_unfreeze_utility`, not until the mean retrieval utility of the last
-    `utility_window` steps is above it by `utility_standard_errors` standard errors of that mean
-    (a mean that crosses it by chance does not open the gate); once they have trained they keep
-    training. A function
-    of the logged rows only, so a resumed run (and every rank) decides as the first did."""
-    if config.freeze_retriever or step < config.retriever_frozen_steps:
-        return False
-    if config.retriever_unfreeze_utility is None or (history and retriever_trained(history[-1], config.retriever_frozen_steps)):
-        return True
-    recent = history[-config.utility_window:]
-    if len(recent) < config.utility_window:
-        return False
-    utility = np.asarray([r.get("retrieval_utility", 0.0) for r in recent])  # (W,)
-    standard_error = float(utility.std(ddof=1) / np.sqrt(len(utility))) if len(utility) > 1 else 0.0
-    return float(utility.mean()) - config.utility_standard_errors * standard_error > config.retriever_unfreeze_utility
+def retriever_learns_at(step: int, config: PretrainConfig) -> bool:
+    """Whether the encoders get a gradient at `step` (0-based): never under `freeze_retriever`,
+    not in the frozen first phase, at every step after it. A function of the step alone, so a
+    resumed run (and every rank) decides as the first did."""
+    return not config.freeze_retriever and step >= config.retriever_frozen_steps
 
 
 def first_trained_step(history: list[dict[str, float]], frozen_steps: int) -> int | None:

@@ -95,6 +95,8 @@ def test_a_removed_option_is_refused_with_why_and_where(tmp_path: Path) -> None:
     load_config("tiny", overrides=["finetune.gold_passage.steps=3"])  # its siblings are untouched
     with pytest.raises(ConfigError, match=r"pretrain.copy_weight was removed \(the copy objective"):
         load_config("tiny", overrides=["pretrain.copy_weight=0"])
+    with pytest.raises(ConfigError, match=r"pretrain.retriever_unfreeze_utility was removed \(the utility gate"):
+        load_config("tiny", overrides=["pretrain.retriever_unfreeze_utility=0"])
 
 
 def test_yaml_file_merges_over_preset(tmp_path: Path) -> None:

@@ -152,33 +152,6 @@ def test_a_frozen_first_phase_keeps_the_warm_start_and_skips_its_refreshes(tiny_
 
 
 
-def test_the_unfreeze_gate_keeps_the_encoders_frozen_until_retrieval_helps(tiny_upstream: TinyUpstream,
-                                                                         tmp_path: Path) -> None:
-    """`pretrain.retriever_unfreeze_utility`: a threshold no utility reaches keeps the warm
-    start's encoders, weight for weight, and the index unrefreshed, the stats saying they never
-    trained; one every utility passes opens the gate after the first `utility_window` steps."""
-    from safetensors.torch import load_file
-
-    _, cfg, _ = tiny_upstream
-    store, refs = _copy(tiny_upstream, tmp_path / "g")
-    warm = {n: load_file(str(Path(refs["ict"].path) / n / "model.safetensors"))
-            for n in ("query_encoder", "doc_encoder")}
-    closed = _pretrain(store, refs, cfg, retriever_unfreeze_utility=1e9, utility_window=1)
-    for n in warm:
-        after = load_file(str(Path(closed.ref.path) / n / "model.safetensors"))
-        assert all(torch.equal(warm[n][k], after[k]) for k in warm[n])
-    metrics = store.open(closed.ref).read_table("pretrain_metrics").to_pylist()
-    assert [r["retriever_trained"] for r in metrics] == [0.0] * 4
-    assert [r["index_step"] for r in metrics] == [4, 4, 4, 4]
-    assert closed.stats["retriever_trained_from_step"] is None
-    opened = _pretrain(store, refs, cfg, retriever_unfreeze_utility=-1e9, utility_window=1)
-    metrics = store.open(opened.ref).read_table("pretrain_metrics").to_pylist()
-    assert [r["retriever_trained"] for r in metrics] == [0.0, 1.0, 1.0, 1.0]
-    assert opened.stats["retriever_trained_from_step"] == 2
-    assert any(not torch.equal(warm["query_encoder"][k], v)
-               for k, v in load_file(str(Path(opened.ref.path) / "query_encoder" / "model.safetensors")).items())
-
-
 def test_the_reading_experiment_measures_every_trained_reader(
         tiny_pretrained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """experiments/realm_reading.py over the session's REALM run: the null-only run is not in
