@@ -58,7 +58,12 @@ def measured_run(name: str, config: dict[str, Any], run: Callable[[], StageResul
     memory during it (`PeakMemory`) beside what it returned (None: the stage is off). What the
     stage frees is handed back to the system while it runs (large tensors on pages of their own,
     `map_large_allocations`; the heap trimmed, `TrimmedHeap`) and after it (`release_free_memory`)."""
-    from realm_core.memory import PeakMemory, TrimmedHeap, map_large_allocations, release_free_memory
+    from realm_core.memory import (
+        PeakMemory,
+        TrimmedHeap,
+        map_large_allocations,
+        release_free_memory,
+    )
 
     map_large_allocations()
 
