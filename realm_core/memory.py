@@ -78,30 +78,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-# Tensors of at least this many bytes get pages of their own from the system (glibc's mmap) and
-# give them back when freed, instead of coming from the heap that glibc keeps for reuse. glibc's
-# own threshold rises to 32 MB as such blocks are freed, so a training step's activations (a few
-# MB each, of shapes that change with the batch) end up in the heap, which fragments: the demo's
-# pretraining stage alone peaked at 5.33-5.43 GB resident with glibc's default and 3.91-3.97 GB
-# at 64 kB or 1 MiB, at the same wall time within the run-to-run spread (10 steps, 2 cores;
-# docs/experiments/demo-timings.md).
-MMAP_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
-
-
-def map_large_allocations(threshold: int = MMAP_THRESHOLD) -> bool:
-    """Fix glibc's mmap threshold at `threshold` bytes for this process (`MMAP_THRESHOLD`), unless
-    the user set one (MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES). True where it was set."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", ""):
-        return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
-    except OSError:
-        return False
-    return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, threshold) == 1)
-
-
 def release_free_memory() -> float | None:
     """Hand memory freed by the work that just ended back to the system: a garbage collection,
     then glibc's `malloc_trim(0)`. Without it, memory a stage freed (tokenised batches, tensors

@@ -20,11 +20,8 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The `realm` console script: the app, with SIGTERM ending it cleanly (its embedded Prefect
-    server stopped; see `flows.exit_on_sigterm`), and large tensors given back to the system when
-    freed in every command (`map_large_allocations`), not only inside a stage."""
+    server stopped; see `flows.exit_on_sigterm`)."""
     from flows import exit_on_sigterm
-    from realm_core.memory import map_large_allocations
 
     exit_on_sigterm()
-    map_large_allocations()
     sys.exit(app())

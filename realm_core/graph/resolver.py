@@ -56,16 +56,9 @@ def call_directly(stage: Stage, inputs: StageInputs) -> StageRun:
 def measured_run(name: str, config: dict[str, Any], run: Callable[[], StageResult | None]) -> StageRun:
     """The StageRun of one stage call `run()`: its wall seconds and this process's peak resident
     memory during it (`PeakMemory`) beside what it returned (None: the stage is off). What the
-    stage frees is handed back to the system while it runs (large tensors on pages of their own,
-    `map_large_allocations`; the heap trimmed, `TrimmedHeap`) and after it (`release_free_memory`)."""
-    from realm_core.memory import (
-        PeakMemory,
-        TrimmedHeap,
-        map_large_allocations,
-        release_free_memory,
-    )
-
-    map_large_allocations()
+    stage frees is handed back to the system while it runs (`TrimmedHeap`) and after it
+    (`release_free_memory`)."""
+    from realm_core.memory import PeakMemory, TrimmedHeap, release_free_memory
 
     with PeakMemory() as peak, TrimmedHeap():
         t0 = time.perf_counter()
