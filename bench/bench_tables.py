@@ -412,9 +412,13 @@ def demo_summary(result: Result) -> str:
               else f", with other processes using {100 * other:.0f}% of the CPU beside it (an upper bound)")
     native = RESULTS / "demo_bf16.json"  # the same demo where the CPU computes bf16 natively
     bf16 = json.loads(native.read_text()) if native.is_file() else None
-    also = "" if bf16 is None else f", and {minutes(bf16['wall_seconds'])} on {machine(bf16)}"
+
+    def peak(r: Result) -> str:  # records since each stage's peak memory was kept
+        return "" if not r.get("peak_rss_mb") else f", peaking at {r['peak_rss_mb'] / 1024:.1f} GiB resident"
+
+    also = "" if bf16 is None else f", and {minutes(bf16['wall_seconds'])} on {machine(bf16)}{peak(bf16)}"
     return (f"Measured: `make demo` ran {minutes(result['wall_seconds'])} to its summary{beside} on "
-            f"{machine(result)}{also} ([every stage](docs/experiments/demo-timings.md)); the demo corpus is "
+            f"{machine(result)}{peak(result)}{also} ([every stage](docs/experiments/demo-timings.md)); the demo corpus is "
             f"{c['documents']:,} documents in {c['blocks']:,} blocks, and its artifact store "
             f"{result['store_bytes'] / 2**30:.1f} GiB.")
 
