@@ -276,6 +276,21 @@ def ask_table(result: Result) -> str:
     return "\n".join(lines)
 
 
+def add_memory_table(result: Result) -> str:
+    """`realm add`'s peak memory against the same add of a file ten times smaller (bench/add_memory.py)."""
+    lines = [f"| JSONL added ({result['preset']} store) | documents | blocks added | peak resident (MB) | blocks/s |",
+             "|---|---:|---:|---:|---:|"]
+    for s in result["sizes"]:
+        lines.append(f"| {s['input_mb']:g} MB | {s['documents']:,} | {s['blocks_added']:,} | {s['peak_rss_mb']:,.0f} "
+                     f"| {s['blocks_per_s']:.1f} |")
+    sizes = result["sizes"]
+    ratio = sizes[-1]["input_mb"] / sizes[0]["input_mb"]
+    lines += ["", f"Peak resident memory of the {sizes[-1]['input_mb']:g} MB add over the {sizes[0]['input_mb']:g} MB "
+              f"one (the peer, {ratio:g}x less input): **{result['peak_ratio_largest_over_smallest']:.2f}x**; "
+              f"{result['cores']} cores, {result['machine']}, the whole benchmark {minutes(result['wall_seconds'])}."]
+    return "\n".join(lines)
+
+
 def serve_table(result: Result) -> str:
     s, p, r = result["service"], result["peers"], result["ratios"]
     lines = [f"| {result['queries']} SQuAD-open dev questions, k={result['k']}, index v{result['index_version']} "
@@ -519,6 +534,7 @@ TABLES: dict[str, Callable[[Result], str]] = {
     "scaling": scaling_table,
     "projection": projection_table,
     "serve": serve_table,
+    "add_memory": add_memory_table,
     "ask": ask_table,
     "gpu": gpu_table,
     "gpu_ict_run": gpu_ict_table,
