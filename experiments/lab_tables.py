@@ -450,11 +450,12 @@ def realm_mechanism_table(result: Result) -> str:
 
 
 def _mechanism_timing(result: Result) -> str:
-    """How long REALM's stage ran: a timing on an accelerator the run had to itself, a note of
-    the wall time on the shared 2-core machines."""
+    """How long REALM's stage ran: a timing on an accelerator the run had to itself; on a CPU
+    the wall time, whose conditions the page's reproduction log states."""
     seconds, device = result["systems"]["REALM"]["wall_seconds"], result.get("device", "cpu")
     if device == "cpu":
-        return f"REALM's stage ran {seconds / 60:.0f} min on {result['machine']} (with other jobs beside it: not a timing)."
+        return (f"REALM's stage ran {minutes(seconds)} on {result['machine']} (the reproduction log says whether "
+                "other jobs ran beside it).")
     return (f"REALM's stage ran {seconds:.0f} s on one {device} (torch {result['torch']}), "
             f"{result['steps'] / seconds:.1f} steps/s with its index refreshes and evaluations.")
 

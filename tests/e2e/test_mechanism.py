@@ -28,9 +28,9 @@ import realm_mechanism
 pytestmark = pytest.mark.slow
 
 ENTITIES, DISTRACTORS, COPY_STEPS = 600, 100, 150
-SMALL = ["pretrain.steps=40", "pretrain.retriever_frozen_steps=0", "pretrain.warmup_steps=5",
-         "pretrain.refresh_every=20", "pretrain.eval_every=40", "pretrain.eval_examples=400",
-         "pretrain.reader_mlm.steps=20", "pretrain.top_k=2", "pretrain.checkpoint_every=20"]
+SMALL = ["pretrain.steps=20", "pretrain.retriever_frozen_steps=0", "pretrain.warmup_steps=5",
+         "pretrain.refresh_every=10", "pretrain.eval_every=20", "pretrain.eval_examples=400",
+         "pretrain.reader_mlm.steps=20", "pretrain.top_k=2", "pretrain.checkpoint_every=10"]
 
 
 def test_realm_trains_its_retriever_to_find_what_its_reader_copies(shared_data: Path, tmp_path: Path) -> None:
