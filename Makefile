@@ -70,8 +70,8 @@ browser:
 	else echo "note: no chromium, and no apt-get as root to install it: the page test will be skipped"; fi
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest tests -m "not slow" -q --durations=10
-	$(BIN)/python -m pytest tests -m slow -q --durations=10
+	$(BIN)/python -m pytest tests -m "not slow" -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest tests -m slow -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -q
