@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 _MASKED = -1e9  # exp() of it is 0 in float32; its gradient is finite
 
@@ -53,19 +54,31 @@ class SpanScorer(nn.Module):
         """hidden (B, K, T, H), block_token_mask (B, K, T) True on block-body tokens ->
         span scores (B, K, T, L), -inf where a span leaves the block body."""
         t, h = hidden.shape[2], hidden.shape[3]
-        first, norm, last = self.mlp[0], self.mlp[2], self.mlp[3]
+        first = self.mlp[0]
         assert isinstance(first, nn.Linear)
         as_start = hidden @ first.weight[:, :h].T + first.bias  # (B, K, T, H)
         as_end = hidden @ first.weight[:, h:].T  # (B, K, T, H)
+        # Training keeps no (B, K, T, H) activation per span length: each length's scores are
+        # recomputed from as_start and as_end in the backward, for a head that costs a small share
+        # of the encoder's time (what it lowers: docs/experiments/demo-timings.md)
+        recompute = self.training and torch.is_grad_enabled()
         scores = []
         inside = block_token_mask
         for length in range(self.max_span_length):
             ends = (torch.arange(t) + length).clamp(max=t - 1)  # (T,)
-            score = last(norm(torch.relu(as_start + as_end[:, :, ends]))).squeeze(-1)  # (B, K, T)
+            if recompute:
+                score = checkpoint(self._length_scores, as_start, as_end, ends, use_reentrant=False)  # (B, K, T)
+            else:
+                score = self._length_scores(as_start, as_end, ends)  # (B, K, T)
             # every token from start to end is a body token, and the end is inside the row
             inside = inside & block_token_mask[:, :, ends] & (torch.arange(t) + length < t)
             scores.append(score.masked_fill(~inside, float("-inf")))
         return torch.stack(scores, dim=-1)  # (B, K, T, L)
+
+    def _length_scores(self, as_start: torch.Tensor, as_end: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        """(B, K, T) scores of the spans from each token to `ends` (T,), before masking."""
+        norm, last = self.mlp[2], self.mlp[3]
+        return last(norm(torch.relu(as_start + as_end[:, :, ends]))).squeeze(-1)  # type: ignore[no-any-return]
 
 
 def read_by_length(reader: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -73,6 +73,28 @@ def test_decomposed_first_layer_equals_the_mlp_on_concatenated_states() -> None:
         assert torch.allclose(scores[:, :, start, length], scorer.mlp(pair).squeeze(-1), atol=1e-5)
 
 
+def test_training_recomputes_span_scores_with_the_same_values_and_gradients() -> None:
+    # in training the head keeps no per-length activation (each length's scores are recomputed
+    # in the backward); scores and gradients are those of the plain forward, which eval mode runs
+    torch.manual_seed(2)
+    scorer = SpanScorer(hidden=8, max_span_length=4)
+    hidden = torch.randn(2, 3, 9, 8)
+    body = torch.rand(2, 3, 9) > 0.2
+    weights = torch.randn(2, 3, 9, 4)
+    grads = {}
+    for mode in ("train", "eval"):
+        scorer.train(mode == "train")
+        h = hidden.clone().requires_grad_(True)
+        scorer.zero_grad()
+        scores = scorer(h, body)
+        (scores.masked_fill(~torch.isfinite(scores), 0.0) * weights).sum().backward()
+        grads[mode] = (scores.detach(), h.grad, [p.grad.clone() for p in scorer.parameters()])
+    assert torch.equal(grads["train"][0], grads["eval"][0])
+    assert torch.allclose(grads["train"][1], grads["eval"][1], atol=1e-6)
+    for a, b in zip(grads["train"][2], grads["eval"][2], strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
 def test_reading_by_length_equals_one_padded_forward(tiny_bert: str) -> None:
     """Rows read longest first in chunks padded to their own longest give the scores of one
     forward over every row padded to the batch's longest."""
