@@ -69,9 +69,12 @@ browser:
 		|| echo "warning: apt-get could not install chromium: the page test will be skipped"; \
 	else echo "note: no chromium, and no apt-get as root to install it: the page test will be skipped"; fi
 
+# two workers, one thread each (tests/conftest.py), a file to a worker, the longest files first
+XDIST = -n 2 --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP) browser
-	$(BIN)/python -m pytest tests -m "not slow" -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
-	$(BIN)/python -m pytest tests -m slow -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest tests -m "not slow" -q --durations=10 $(XDIST)
+	$(BIN)/python -m pytest tests -m slow -q --durations=10 $(XDIST)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -q

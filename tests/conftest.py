@@ -39,10 +39,13 @@ LONGEST_FIRST = ("tests/e2e/test_mechanism.py", "tests/e2e/test_gpu_run.py", "te
                  "tests/e2e/test_server.py", "tests/e2e/test_cli.py")
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first, the rest in collection order (with `--no-loadscope-reorder`,
-    xdist hands files out in this order)."""
+    xdist hands files out in this order). A renamed file in LONGEST_FIRST is a usage error, not
+    an order silently lost."""
+    missing = [path for path in LONGEST_FIRST if not (config.rootpath / path).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FIRST names no such file: {', '.join(missing)}")
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
