@@ -164,7 +164,8 @@ class PretrainConfig(TrainerConfig):
     reader_length: int = Field(384, ge=16, description="[CLS] x [SEP] title [SEP] body [SEP]")
     doc_length: int = Field(288, ge=8, description="block tokens when relevance is recomputed")
     batch_size: int = Field(512, ge=1, description="examples per optimizer step")
-    grad_accumulation: int = Field(1, ge=1, description="micro-batches per step (batch_size each / this)")
+    grad_accumulation: int = Field(1, ge=1, description="micro-batches per step (batch_size each / this); the "
+                                   "held-out evaluation reads in the same micro-batches, so memory follows them")
     learning_rate: float = Field(3e-5, gt=0)
     retriever_lr_scale: float = Field(
         1.0, gt=0, description="the encoders' learning rate as a multiple of learning_rate (the "
@@ -183,7 +184,9 @@ class PretrainConfig(TrainerConfig):
     steps: int = Field(200_000, ge=1)
     warmup_steps: int = Field(10_000, ge=0)
     refresh_every: int = Field(500, ge=1, description="steps between index refreshes (x30: Table 2's stale index)")
-    sync_refresh: bool = Field(False, description="wait for each refresh (deterministic; tests)")
+    sync_refresh: bool = Field(False, description=(
+        "wait for each refresh: deterministic, and the refresh's corpus embedding never holds memory "
+        "beside a backward pass (the demo's peak); false: training goes on while it embeds"))
     exclusion: Literal["block", "article"] = Field(
         "block", description="trivial retrievals dropped: the query's own block and its article's "
         "copies in other corpora (REALM §3.4), or every block of its article")

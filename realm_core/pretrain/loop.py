@@ -228,6 +228,12 @@ def batch_metrics(out: MarginalOutput, batch: ReaderBatch, scores: torch.Tensor,
 EVAL_METRICS = ("span_accuracy", "log_likelihood", "p_null", "retrieval_utility", "answer_retrieved", "p_holder")
 
 
+def micro_batch_size(examples: int, config: PretrainConfig) -> int:
+    """How many of a rank's `examples` one forward reads: the step's share of them over
+    `grad_accumulation` micro-batches."""
+    return max(1, math.ceil(examples / config.grad_accumulation))
+
+
 def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
              config: PretrainConfig, examples: int, placement: Placement | None = None,
              per_example: list[dict[str, float]] | None = None) -> dict[str, float]:
@@ -244,9 +250,10 @@ def evaluate(models: RealmModels, data: PretrainData, index: IndexHandle | None,
     correct = np.zeros(len(held))  # (E,) this rank's examples filled in; the rest added over ranks
     log_p = np.zeros(len(held))
     found = np.zeros(len(held))
-    with torch.no_grad():
-        for start in range(0, len(mine), config.batch_size):
-            chunk = mine[start:start + config.batch_size]
+    micro = micro_batch_size(math.ceil(config.batch_size / place.world_size), config)
+    with torch.no_grad():  # read as training reads, a micro-batch at a time: its memory, not more
+        for start in range(0, len(mine), micro):
+            chunk = mine[start:start + micro]
             out, batch, scores = realm_forward(models, chunk, index, data, config, place)
             holders = holders_in_batch(chunk, batch, data)  # (b, K)
             answer = holders.any(axis=1)  # (b,)
@@ -338,7 +345,7 @@ def _forward_backward(shared: RealmModels, syncing: list[torch.nn.Module], examp
     rank's loss and metric sums."""
     totals = dict.fromkeys(EVAL_METRICS, 0.0)
     loss_sum = 0.0
-    micro = max(1, math.ceil(len(examples) / config.grad_accumulation))
+    micro = micro_batch_size(len(examples), config)
     starts = range(0, len(examples), micro)
     for start in starts:
         chunk = examples[start:start + micro]

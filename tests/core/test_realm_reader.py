@@ -8,8 +8,15 @@ import torch
 
 from realm_core.bert import load_tokenizer
 from realm_core.config import BUNDLED_ENCODER, PretrainConfig
+from realm_core.pretrain import loop
 from realm_core.pretrain.batches import BlockTexts, reader_batch, retrieve_candidates
-from realm_core.pretrain.loop import PretrainData, RealmModels, batch_metrics, realm_forward
+from realm_core.pretrain.loop import (
+    PretrainData,
+    RealmModels,
+    batch_metrics,
+    evaluate,
+    realm_forward,
+)
 from realm_core.pretrain.reader import KnowledgeAugmentedEncoder, marginal_likelihood
 from realm_core.pretrain.refresh import IndexHandle
 from realm_core.retrieval.embed import embed_texts
@@ -222,3 +229,38 @@ def test_bf16_autocast_step_tracks_the_fp32_step(setup: Setup) -> None:
     assert bf16.loss.item() != fp32.loss.item()  # the autocast really ran in bf16
     bf16.loss.backward()
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in setup.models.reader.parameters())
+
+
+def test_heldout_evaluation_reads_a_micro_batch_at_a_time_with_the_same_metrics(
+        setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The held-out evaluation holds one training micro-batch's activations at once (its memory
+    peak), and its metrics and per-example rows do not depend on how it is cut."""
+    tok = setup.data.tokenizer
+    held = [_example(tok, t, b) for t, b in [("Ada was a mathematician in London.", 1),
+                                            ("Babbage designed an engine.", 0),
+                                            ("London is a city.", 2), ("Ada wrote programs.", 3),
+                                            ("Charles Babbage was born in London.", 1)]]
+    data = PretrainData([], held, setup.data.blocks, tok)
+    sizes: list[int] = []
+    forward = loop.realm_forward
+
+    def counted(models, chunk, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sizes.append(len(chunk))
+        return forward(models, chunk, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "realm_forward", counted)
+    runs = {}
+    for accumulation in (1, 2):
+        config = PretrainConfig(top_k=3, reader_length=32, doc_length=32, batch_size=4,
+                                grad_accumulation=accumulation)
+        rows: list[dict[str, float]] = []
+        sizes.clear()
+        runs[accumulation] = evaluate(setup.models, data, IndexHandle(setup.index, 0), config, 5, per_example=rows), \
+            rows, list(sizes)
+    (whole, whole_rows, whole_sizes), (parts, part_rows, part_sizes) = runs[1], runs[2]
+    assert whole_sizes == [4, 1] and part_sizes == [2, 2, 1]
+    assert whole.keys() == parts.keys() and whole["examples"] == 5.0
+    for k in whole:
+        assert parts[k] == pytest.approx(whole[k], abs=1e-5), k
+    for a, b in zip(whole_rows, part_rows, strict=True):
+        assert a == pytest.approx(b, abs=1e-5)

@@ -81,14 +81,25 @@ def test_training_recomputes_span_scores_with_the_same_values_and_gradients() ->
     hidden = torch.randn(2, 3, 9, 8)
     body = torch.rand(2, 3, 9) > 0.2
     weights = torch.randn(2, 3, 9, 4)
-    grads = {}
+    grads, saved = {}, {}
     for mode in ("train", "eval"):
         scorer.train(mode == "train")
         h = hidden.clone().requires_grad_(True)
         scorer.zero_grad()
-        scores = scorer(h, body)
+        kept: list[int] = []  # bytes of each tensor the forward keeps for the backward
+
+        def pack(t: torch.Tensor, kept: list[int] = kept) -> torch.Tensor:
+            kept.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            scores = scorer(h, body)
+        saved[mode] = sum(kept)
         (scores.masked_fill(~torch.isfinite(scores), 0.0) * weights).sum().backward()
         grads[mode] = (scores.detach(), h.grad, [p.grad.clone() for p in scorer.parameters()])
+    # the memory property itself: training keeps less than one per-length activation per length
+    per_length = hidden.numel() * hidden.element_size()
+    assert saved["train"] < saved["eval"] - (4 - 1) * per_length, saved
     assert torch.equal(grads["train"][0], grads["eval"][0])
     assert torch.allclose(grads["train"][1], grads["eval"][1], atol=1e-6)
     for a, b in zip(grads["train"][2], grads["eval"][2], strict=True):
