@@ -28,6 +28,45 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
+def end_process(code: object) -> None:
+    """End a command-line process once its work is done and written, without the C++ teardown.
+
+    Python's own shutdown runs as it would (non-daemon threads joined, atexit hooks, Prefect's
+    embedded server among them, streams flushed), then `os._exit`. Exiting through the C
+    library instead runs the static destructors of the native libraries loaded, and Arrow's
+    CPU thread pool (its workers started by every threaded Parquet read) can be torn down while
+    a worker is still joinable: `terminate called without an active exception`, SIGABRT, so a
+    `realm evaluate` that had written its results exited -6 in a CI run. Nothing of the
+    command's is left for those destructors: its files are closed by the `with` that wrote them.
+    `code` is what SystemExit carries: None is 0, a message is printed and is 1."""
+    import atexit
+    import sys
+    import threading
+
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    # Python's own order: thread pools told to stop and non-daemon threads joined, then atexit
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # an interpreter without it: join what it would have joined
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(status & 0xFF)
+
+
 def prefect_home() -> str:
     """PREFECT_HOME (default ~/.prefect), created with its parents before an embedded Prefect
     starts: Prefect makes only the last folder, and on a missing parent it could not create its

@@ -215,4 +215,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flows import end_process
+
+    end_process(main())

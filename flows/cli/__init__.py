@@ -10,8 +10,6 @@ The commands are grouped by stage in this package's modules; importing them regi
 
 from __future__ import annotations
 
-import sys
-
 from flows.cli import corpus, data, knowledge, openqa, pretrain, query, retrieval, tools  # noqa: F401  (registers the commands)
 from flows.cli.common import app
 
@@ -20,8 +18,13 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The `realm` console script: the app, with SIGTERM ending it cleanly (its embedded Prefect
-    server stopped; see `flows.exit_on_sigterm`)."""
-    from flows import exit_on_sigterm
+    server stopped; see `flows.exit_on_sigterm`) and the process ended without the native
+    libraries' teardown (`flows.end_process`)."""
+    from flows import end_process, exit_on_sigterm
 
     exit_on_sigterm()
-    sys.exit(app())
+    try:
+        code: object = app()
+    except SystemExit as e:
+        code = e.code
+    end_process(code)

@@ -24,7 +24,7 @@ REALM = [sys.executable, "-m", "flows.cli"]
 
 def realm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
-    code = "import sys; from flows.cli import app; sys.exit(app())"
+    code = "from flows.cli import main; main()"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -70,7 +70,7 @@ def test_config_prints_resolved_values(tmp_path: Path) -> None:
 
 def test_two_concurrent_runs_into_one_root_do_not_corrupt(shared_data: Path, tmp_path: Path) -> None:
     root = str(tmp_path / "art")
-    code = "import sys; from flows.cli import app; sys.exit(app())"
+    code = "from flows.cli import main; main()"
     env = dict(os.environ, COLUMNS="200")
     procs = [subprocess.Popen([sys.executable, "-c", code, "mine-spans", "--preset", "tiny",
                                "--root", root], cwd=tmp_path, env=env, stdout=subprocess.PIPE,

@@ -105,12 +105,12 @@ def test_a_bad_file_leaves_the_live_version_and_the_command_says_why(root: str, 
     live, versions = corpus.current_number(), corpus.versions()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x", "title": "T", "text": "fine"}) + "\n{not json\n")
-    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "add",
+    r = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "add",
                         str(bad), "--preset", "tiny", "--root", root, *[a for s in UNTRAINED for a in ("--set", s)]],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "bad.jsonl" in r.stderr and "line 2" in r.stderr, r.stderr
     assert corpus.current_number() == live and corpus.versions() == versions
-    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "knowledge",
+    r = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "knowledge",
                         "--preset", "tiny", "--root", root], capture_output=True, text=True)
     assert r.returncode == 0 and "knowledge" in r.stdout and "*" in r.stdout, r.stderr  # the current one marked
 
@@ -204,7 +204,7 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
     # its search is its own retriever's (the fine-tuned query encoder): the blocks the store's system read
     assert [h.block_id for h in bundle.search([QUESTION], "index", len(asked.block_ids))[0]] == asked.block_ids
     assert bundle.health()["knowledge_version"] == 1
-    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "ask",
+    r = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "ask",
                         QUESTION, "--system-dir", str(moved), "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["answer"] == asked.answer, r.stderr
     # served in int8 when asked: query.* settings only, the rest is what it was exported with
@@ -220,7 +220,7 @@ def test_an_exported_system_answers_with_the_store_gone_and_grows(root: str, tmp
         assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in model.modules())
     with pytest.raises(ConfigError, match="query.. settings only"):
         query_settings(moved, ["finetune.top_k=3"])
-    r = subprocess.run([sys.executable, "-c", "import sys; from flows.cli import app; sys.exit(app())", "ask",
+    r = subprocess.run([sys.executable, "-c", "from flows.cli import main; main()", "ask",
                         QUESTION, "--system-dir", str(moved), "--set", "embed.precision=int8"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "query.* settings only" in r.stderr, r.stderr
